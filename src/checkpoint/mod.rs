@@ -1,0 +1,8 @@
+//! Checkpoint stage: the last position whose transaction, and every earlier one, Kafka
+//! acknowledged — stored durably, versioned and checksummed.
+
+mod record;
+mod store;
+
+pub use record::{Checkpoint, RecordError};
+pub use store::{CheckpointError, CheckpointStore};

@@ -1,0 +1,101 @@
+//! The checkpoint store: an embedded sled database in the configured directory.
+//!
+//! A write counts only after `flush`, which waits for the data to reach disk. A store
+//! that cannot be opened or read is an error, never a silent fresh start.
+
+use std::path::{Path, PathBuf};
+
+use super::{Checkpoint, RecordError};
+
+const KEY: &[u8] = b"checkpoint";
+
+/// Errors of the checkpoint store.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("cannot open checkpoint store {dir}: {source} (is another router using it?)")]
+    Open { dir: PathBuf, source: sled::Error },
+    #[error("cannot read checkpoint store {dir}: {source}")]
+    Read { dir: PathBuf, source: sled::Error },
+    #[error("checkpoint in {dir} is unreadable: {source}; refusing to start from scratch — inspect it with `checkpoint show`, or `checkpoint set`/`reset` deliberately")]
+    Corrupt { dir: PathBuf, source: RecordError },
+    #[error("cannot write checkpoint to {dir}: {source}")]
+    Write { dir: PathBuf, source: sled::Error },
+}
+
+/// Durable storage of one checkpoint.
+pub struct CheckpointStore {
+    db: sled::Db,
+    dir: PathBuf,
+}
+
+impl CheckpointStore {
+    /// Opens (or creates) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, CheckpointError> {
+        let db = sled::Config::new()
+            .path(dir)
+            .mode(sled::Mode::LowSpace)
+            .open()
+            .map_err(|source| CheckpointError::Open { dir: dir.to_path_buf(), source })?;
+        Ok(Self { db, dir: dir.to_path_buf() })
+    }
+
+    /// The stored checkpoint, or `None` when none was ever written.
+    pub fn load(&self) -> Result<Option<Checkpoint>, CheckpointError> {
+        let raw = self
+            .db
+            .get(KEY)
+            .map_err(|source| CheckpointError::Read { dir: self.dir.clone(), source })?;
+        raw.map(|bytes| {
+            Checkpoint::decode(&bytes).map_err(|source| CheckpointError::Corrupt { dir: self.dir.clone(), source })
+        })
+        .transpose()
+    }
+
+    /// Stores a checkpoint and waits until it is on disk.
+    pub fn save(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointError> {
+        let write = |source| CheckpointError::Write { dir: self.dir.clone(), source };
+        self.db.insert(KEY, checkpoint.encode()).map_err(write)?;
+        self.db.flush().map_err(write)?;
+        Ok(())
+    }
+
+    /// Removes the checkpoint: the next start uses `source.start`.
+    pub fn reset(&self) -> Result<(), CheckpointError> {
+        let write = |source| CheckpointError::Write { dir: self.dir.clone(), source };
+        self.db.remove(KEY).map_err(write)?;
+        self.db.flush().map_err(write)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn save_load_reset() {
+        let dir = tempfile::tempdir().unwrap();
+        let cp = Checkpoint {
+            position: "mysql-bin.000001:500".parse().unwrap(),
+            commit_time_ms: 1,
+            written_at_ms: 2,
+        };
+        {
+            let s = CheckpointStore::open(dir.path()).unwrap();
+            assert_eq!(s.load().unwrap(), None);
+            s.save(&cp).unwrap();
+        }
+        let s = CheckpointStore::open(dir.path()).unwrap();
+        assert_eq!(s.load().unwrap(), Some(cp));
+        s.reset().unwrap();
+        assert_eq!(s.load().unwrap(), None);
+    }
+
+    #[test]
+    fn corrupt_record_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = CheckpointStore::open(dir.path()).unwrap();
+        s.db.insert(KEY, b"garbage-bytes".to_vec()).unwrap();
+        assert!(matches!(s.load(), Err(CheckpointError::Corrupt { .. })));
+    }
+}

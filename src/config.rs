@@ -1,0 +1,341 @@
+//! Typed configuration, read from TOML. Unknown keys are rejected; every key is
+//! documented here and in `config/example.toml`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::outbox::ColumnMapping;
+use crate::source::Position;
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path} is invalid: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config file {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+    #[error("password: {0}")]
+    Secret(String),
+}
+
+/// A value that must never be printed: `Debug` and `Display` show `***`.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+    /// The secret itself, for handing to a client library only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// The whole configuration file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The MySQL / MariaDB server to read the binlog from.
+    pub source: SourceConfig,
+    /// Which tables are outboxes and how their columns map to events.
+    pub outbox: OutboxConfig,
+    /// Topic, key and header rules.
+    #[serde(default)]
+    pub route: RouteConfig,
+    /// Kafka producer settings.
+    #[serde(default)]
+    pub kafka: KafkaConfig,
+    /// Where and how often progress is stored.
+    pub checkpoint: CheckpointConfig,
+    /// In-flight limits and shutdown deadline.
+    #[serde(default)]
+    pub pipeline: PipelineConfig,
+}
+
+/// Connection to the source server.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// Host name or IP address.
+    #[serde(default = "default_host")]
+    pub host: String,
+    /// TCP port.
+    #[serde(default = "default_port")]
+    pub port: u16,
+    /// Replication user (needs REPLICATION SLAVE, BINLOG MONITOR / REPLICATION CLIENT, SELECT).
+    pub user: String,
+    /// Name of an environment variable holding the password.
+    pub password_env: Option<String>,
+    /// File whose first line is the password.
+    pub password_file: Option<PathBuf>,
+    /// Replica server id; unique among all replicas of this server.
+    pub server_id: u32,
+    /// Where to start when there is no checkpoint: `latest`, `earliest` or `FILE:OFFSET`.
+    #[serde(default)]
+    pub start: StartFrom,
+    /// Seconds between server heartbeats; a silent connection is dropped after three.
+    #[serde(default = "default_heartbeat_secs")]
+    pub heartbeat_secs: u64,
+    /// Seconds to wait for a connection.
+    #[serde(default = "default_connect_timeout_secs")]
+    pub connect_timeout_secs: u64,
+}
+
+/// Where streaming starts when no checkpoint exists yet.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum StartFrom {
+    /// The server's current position: only new transactions are published.
+    #[default]
+    Latest,
+    /// The oldest binlog the server still has.
+    Earliest,
+    /// An explicit transaction boundary.
+    At(Position),
+}
+
+impl FromStr for StartFrom {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "latest" => Ok(Self::Latest),
+            "earliest" => Ok(Self::Earliest),
+            other => other.parse().map(Self::At).map_err(|e| {
+                format!("start must be \"latest\", \"earliest\" or FILE:OFFSET ({e})")
+            }),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for StartFrom {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Outbox tables and their column mapping.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxConfig {
+    /// Outbox tables as `database.table`.
+    pub tables: Vec<String>,
+    /// Column names; defaults are Debezium's Outbox Event Router names.
+    #[serde(default)]
+    pub columns: ColumnMapping,
+}
+
+/// How an event becomes a Kafka record.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Topic template; `${routedByValue}` is replaced by the route column's value.
+    #[serde(default = "default_topic")]
+    pub topic: String,
+    /// Header that carries the event id.
+    #[serde(default = "default_event_id_header")]
+    pub event_id_header: String,
+}
+
+impl Default for RouteConfig {
+    fn default() -> Self {
+        Self { topic: default_topic(), event_id_header: default_event_id_header() }
+    }
+}
+
+/// Kafka producer settings.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Broker list.
+    #[serde(default = "default_bootstrap")]
+    pub bootstrap_servers: String,
+    /// librdkafka properties passed through unchanged (e.g. `compression.type`,
+    /// `security.protocol`, `sasl.password`). `acks` and `enable.idempotence` are fixed.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        Self { bootstrap_servers: default_bootstrap(), properties: BTreeMap::new() }
+    }
+}
+
+/// Checkpoint store settings.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// Directory of the embedded checkpoint store.
+    pub dir: PathBuf,
+    /// Milliseconds between durable checkpoint writes (a crash re-sends at most this much).
+    #[serde(default = "default_flush_interval_ms")]
+    pub flush_interval_ms: u64,
+}
+
+/// Pipeline limits.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// Records handed to Kafka but not yet acknowledged; reading pauses above it.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+    /// Seconds to wait for in-flight acknowledgements on shutdown.
+    #[serde(default = "default_shutdown_timeout_secs")]
+    pub shutdown_timeout_secs: u64,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            max_in_flight: default_max_in_flight(),
+            shutdown_timeout_secs: default_shutdown_timeout_secs(),
+        }
+    }
+}
+
+fn default_host() -> String {
+    "127.0.0.1".into()
+}
+fn default_port() -> u16 {
+    3306
+}
+fn default_heartbeat_secs() -> u64 {
+    2
+}
+fn default_connect_timeout_secs() -> u64 {
+    10
+}
+fn default_topic() -> String {
+    "outbox.event.${routedByValue}".into()
+}
+fn default_event_id_header() -> String {
+    "id".into()
+}
+fn default_bootstrap() -> String {
+    "127.0.0.1:9092".into()
+}
+fn default_flush_interval_ms() -> u64 {
+    500
+}
+fn default_max_in_flight() -> usize {
+    20_000
+}
+fn default_shutdown_timeout_secs() -> u64 {
+    30
+}
+
+impl Config {
+    /// Reads, parses and checks a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and checks config text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let config: Config = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string() })?;
+        config.check().map_err(|message| ConfigError::Invalid { path: path.to_path_buf(), message })?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.outbox.tables.is_empty() {
+            return Err("outbox.tables is empty: name at least one table as \"database.table\"".into());
+        }
+        for t in &self.outbox.tables {
+            crate::source::TableName::parse(t).map_err(|e| format!("outbox.tables: {e}"))?;
+        }
+        if self.source.server_id == 0 {
+            return Err("source.server_id must be non-zero and unique among the server's replicas".into());
+        }
+        if self.source.password_env.is_some() && self.source.password_file.is_some() {
+            return Err("set only one of source.password_env and source.password_file".into());
+        }
+        if self.pipeline.max_in_flight == 0 {
+            return Err("pipeline.max_in_flight must be at least 1".into());
+        }
+        for fixed in ["acks", "enable.idempotence", "bootstrap.servers"] {
+            if self.kafka.properties.contains_key(fixed) {
+                return Err(format!(
+                    "kafka.properties.{fixed} cannot be set: the router fixes it (bootstrap.servers: use kafka.bootstrap_servers)"
+                ));
+            }
+        }
+        crate::route::TopicTemplate::parse(&self.route.topic).map_err(|e| format!("route.topic: {e}"))?;
+        Ok(())
+    }
+}
+
+impl SourceConfig {
+    /// Reads the password from the configured environment variable or file.
+    pub fn password(&self) -> Result<Option<Secret>, ConfigError> {
+        if let Some(var) = &self.password_env {
+            return std::env::var(var)
+                .map(|p| Some(Secret::new(p)))
+                .map_err(|_| ConfigError::Secret(format!("environment variable {var} (source.password_env) is not set")));
+        }
+        if let Some(file) = &self.password_file {
+            let text = std::fs::read_to_string(file).map_err(|e| {
+                ConfigError::Secret(format!("cannot read source.password_file {}: {e}", file.display()))
+            })?;
+            return Ok(Some(Secret::new(text.lines().next().unwrap_or("").to_string())));
+        }
+        Ok(None)
+    }
+
+    /// Heartbeat period the server is asked for.
+    pub fn heartbeat(&self) -> Duration {
+        Duration::from_secs(self.heartbeat_secs.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+[source]
+user = "cdc"
+server_id = 7
+[outbox]
+tables = ["shop.outbox"]
+[checkpoint]
+dir = "/tmp/x"
+"#;
+
+    #[test]
+    fn minimal_config_gets_debezium_defaults() {
+        let c = Config::parse(MINIMAL, Path::new("t.toml")).unwrap();
+        assert_eq!(c.route.topic, "outbox.event.${routedByValue}");
+        assert_eq!(c.outbox.columns.event_id, "id");
+        assert_eq!(c.source.start, StartFrom::Latest);
+    }
+
+    #[test]
+    fn unknown_key_is_rejected_with_its_name() {
+        let text = format!("{MINIMAL}\nbogus = 1\n");
+        let err = Config::parse(&text, Path::new("t.toml")).unwrap_err().to_string();
+        assert!(err.contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn secret_is_not_printed() {
+        assert_eq!(format!("{:?}", Secret::new("hunter2")), "***");
+    }
+}

@@ -1,0 +1,27 @@
+//! outbox-router: a transactional-outbox CDC connector.
+//!
+//! It tails a MySQL / MariaDB binlog as a replica, turns every committed INSERT on an
+//! outbox table into a Kafka record, and durably checkpoints how far it got.
+//!
+//! The modules follow the data flow:
+//!
+//! ```text
+//! source/      binlog stream → committed transactions with end positions
+//! outbox/      row → OutboxEvent (column mapping, what is ignored, what is invalid)
+//! route        OutboxEvent → Kafka record (topic template, key, headers, value)
+//! sink/        Kafka producer (idempotent, acks=all) or stdout for dry runs
+//! checkpoint/  durable store of the last fully acknowledged position
+//! pipeline     wiring: bounded channels, in-flight window, ordered acks, restarts
+//! monitor/     counters and health (beside the flow)
+//! config       typed TOML configuration
+//! ```
+
+pub mod checkpoint;
+pub mod config;
+pub mod monitor;
+pub mod outbox;
+pub mod pipeline;
+pub mod route;
+pub mod sink;
+pub mod source;
+pub mod validate;

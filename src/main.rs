@@ -1,0 +1,194 @@
+//! The `outbox-router` command line. Library code does the work; this file parses
+//! arguments, sets up logging and signals, and turns errors into exit codes.
+//!
+//! Exit codes: 0 success, 1 error (the message says what and where), 2 usage error.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use outbox_router::checkpoint::{Checkpoint, CheckpointStore};
+use outbox_router::config::Config;
+use outbox_router::monitor::Counters;
+use outbox_router::pipeline::{self, SinkKind};
+use outbox_router::source::Position;
+
+#[derive(Parser)]
+#[command(name = "outbox-router", version, about = "Transactional outbox → Kafka, from the MySQL / MariaDB binlog")]
+struct Cli {
+    /// Configuration file (TOML).
+    #[arg(short, long, env = "OUTBOX_ROUTER_CONFIG", default_value = "outbox-router.toml", global = true)]
+    config: PathBuf,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Stream the binlog and publish outbox events until SIGINT/SIGTERM.
+    Run {
+        /// Where records go: kafka, or stdout (JSON lines) for a dry run.
+        #[arg(long, value_enum, default_value_t = SinkArg::Kafka)]
+        sink: SinkArg,
+    },
+    /// Check server settings, privileges, outbox columns and Kafka; exit 1 on any problem.
+    Validate,
+    /// Inspect or change the stored checkpoint (stop the router first).
+    Checkpoint {
+        #[command(subcommand)]
+        action: CheckpointAction,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SinkArg {
+    Kafka,
+    Stdout,
+}
+
+#[derive(Subcommand)]
+enum CheckpointAction {
+    /// Print the stored position.
+    Show {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Store a position (FILE:OFFSET [gtid=D-S-N,...]); it must be a transaction boundary.
+    Set { position: String },
+    /// Remove the checkpoint; the next run starts at `source.start`.
+    Reset {
+        /// Confirm: events after the old position may be skipped or re-sent.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("outbox-router: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("outbox-router: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OUTBOX_ROUTER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rdkafka=warn,mysql_async=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<ExitCode> {
+    let config = Config::load(&cli.config)?;
+    match cli.command {
+        Command::Run { sink } => run(&config, sink).await,
+        Command::Validate => validate(&config).await,
+        Command::Checkpoint { action } => checkpoint(&config, action),
+    }
+}
+
+async fn run(config: &Config, sink: SinkArg) -> Result<ExitCode> {
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    let sink = match sink {
+        SinkArg::Kafka => SinkKind::Kafka,
+        SinkArg::Stdout => SinkKind::Stdout,
+    };
+    pipeline::run(config, sink, shutdown, Counters::default()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut term) = signal(SignalKind::terminate()) else { return };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: finishing in-flight deliveries, then stopping"),
+        _ = term.recv() => info!("SIGTERM: finishing in-flight deliveries, then stopping"),
+    }
+    shutdown.cancel();
+}
+
+async fn validate(config: &Config) -> Result<ExitCode> {
+    let findings = outbox_router::validate::validate(config).await;
+    let mut failed = 0;
+    for f in &findings {
+        if f.ok {
+            println!("ok    {}: {}", f.check, f.detail);
+        } else {
+            failed += 1;
+            println!("FAIL  {}: {}", f.check, f.detail);
+            if !f.fix.is_empty() {
+                println!("      fix: {}", f.fix);
+            }
+        }
+    }
+    if failed == 0 {
+        println!("all {} checks passed", findings.len());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("{failed} problem(s) found");
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+fn checkpoint(config: &Config, action: CheckpointAction) -> Result<ExitCode> {
+    let dir = &config.checkpoint.dir;
+    let store = CheckpointStore::open(dir)?;
+    match action {
+        CheckpointAction::Show { json } => match store.load()? {
+            None if json => println!("null"),
+            None => println!("no checkpoint in {} (the next run starts at source.start)", dir.display()),
+            Some(cp) if json => println!("{}", serde_json::to_string(&cp)?),
+            Some(cp) => {
+                println!("position: {}", cp.position);
+                println!("commit_time_ms: {}", cp.commit_time_ms);
+                println!("written_at_ms: {}", cp.written_at_ms);
+            }
+        },
+        CheckpointAction::Set { position } => {
+            let position: Position = position.parse().context("checkpoint set")?;
+            let written_at_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0);
+            store.save(&Checkpoint { position: position.clone(), commit_time_ms: 0, written_at_ms })?;
+            println!("checkpoint set to {position}");
+        }
+        CheckpointAction::Reset { yes } => {
+            if !yes {
+                bail!("checkpoint reset forgets where the router stopped; repeat with --yes to confirm");
+            }
+            store.reset()?;
+            println!("checkpoint removed from {}", dir.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,5 @@
+//! Monitoring beside the flow: counters every stage updates.
+
+mod counters;
+
+pub use counters::{Counters, Snapshot};

@@ -1,0 +1,70 @@
+//! The event an outbox row stands for.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::source::TableName;
+
+/// An event id as stored: usually text (UUID, number), possibly binary.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EventId(pub Vec<u8>);
+
+impl fmt::Display for EventId {
+    /// Text ids print as they are; binary ids as `0x…` hex.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match std::str::from_utf8(&self.0) {
+            Ok(s) if s.chars().all(|c| !c.is_control()) => f.write_str(s),
+            _ => {
+                f.write_str("0x")?;
+                self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+            }
+        }
+    }
+}
+
+/// One outbox row, mapped.
+#[derive(Clone, Debug)]
+pub struct OutboxEvent {
+    /// The outbox table the row was inserted into.
+    pub table: Arc<TableName>,
+    /// Binlog `file:offset` of the rows event, for messages.
+    pub position: String,
+    /// Unique id consumers deduplicate on; travels as a header.
+    pub id: EventId,
+    /// Value of the route column (aggregate type by default): picks the topic.
+    pub route_value: String,
+    /// Aggregate id: the record key, so one aggregate stays on one partition.
+    pub key: Vec<u8>,
+    /// Event type, when the table has the column.
+    pub event_type: Option<Vec<u8>>,
+    /// The payload bytes exactly as stored; `None` for SQL NULL.
+    pub payload: Option<Vec<u8>>,
+    /// Event time from the timestamp column, when one is mapped (ms since epoch).
+    pub timestamp_ms: Option<i64>,
+}
+
+/// A row that cannot become a Kafka record. Never dropped silently: it stops the router.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("invalid outbox row in {table} at binlog {position}, event id {}: {reason}", event_id.as_ref().map(|e| e.to_string()).unwrap_or_else(|| "unknown".into()))]
+pub struct InvalidEvent {
+    /// The outbox table.
+    pub table: Arc<TableName>,
+    /// Binlog `file:offset` of the rows event.
+    pub position: String,
+    /// The event id when it could be read.
+    pub event_id: Option<EventId>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl InvalidEvent {
+    /// An invalid-event error about an already mapped event.
+    pub fn of(event: &OutboxEvent, reason: impl Into<String>) -> Self {
+        Self {
+            table: event.table.clone(),
+            position: event.position.clone(),
+            event_id: Some(event.id.clone()),
+            reason: reason.into(),
+        }
+    }
+}

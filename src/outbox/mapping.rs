@@ -1,0 +1,184 @@
+//! Which outbox column means what, and the mapping of a transaction's rows to events.
+
+use mysql_async::binlog::row::BinlogRow;
+use serde::Deserialize;
+use tracing::warn;
+
+use super::value;
+use super::{EventId, InvalidEvent, OutboxEvent};
+use crate::monitor::Counters;
+use crate::source::{RowChange, RowOp, Transaction};
+
+/// Outbox column names. Defaults are those of Debezium's Outbox Event Router.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnMapping {
+    /// Unique event id, sent as the event-id header.
+    #[serde(default = "d_id")]
+    pub event_id: String,
+    /// Column whose value picks the topic (Debezium's `route.by.field`).
+    #[serde(default = "d_aggregate_type")]
+    pub aggregate_type: String,
+    /// Aggregate id: the record key.
+    #[serde(default = "d_aggregate_id")]
+    pub aggregate_id: String,
+    /// Event type, sent as header `type` when the table has this column.
+    #[serde(default = "d_event_type")]
+    pub event_type: String,
+    /// The record value.
+    #[serde(default = "d_payload")]
+    pub payload: String,
+    /// Optional DATETIME/TIMESTAMP column used as record timestamp (else commit time).
+    #[serde(default)]
+    pub timestamp: Option<String>,
+}
+
+fn d_id() -> String {
+    "id".into()
+}
+fn d_aggregate_type() -> String {
+    "aggregatetype".into()
+}
+fn d_aggregate_id() -> String {
+    "aggregateid".into()
+}
+fn d_event_type() -> String {
+    "type".into()
+}
+fn d_payload() -> String {
+    "payload".into()
+}
+
+impl Default for ColumnMapping {
+    fn default() -> Self {
+        Self {
+            event_id: d_id(),
+            aggregate_type: d_aggregate_type(),
+            aggregate_id: d_aggregate_id(),
+            event_type: d_event_type(),
+            payload: d_payload(),
+            timestamp: None,
+        }
+    }
+}
+
+/// A transaction's events, ready for routing.
+#[derive(Debug)]
+pub struct MappedTransaction {
+    /// The transaction these events came from.
+    pub end: crate::source::Position,
+    /// Commit time (ms since epoch).
+    pub commit_time_ms: i64,
+    /// Events in commit order.
+    pub events: Vec<OutboxEvent>,
+}
+
+/// Maps outbox rows to events.
+pub struct Mapper {
+    columns: ColumnMapping,
+    counters: Counters,
+}
+
+impl Mapper {
+    /// A mapper for the given columns, counting what it ignores in `counters`.
+    pub fn new(columns: ColumnMapping, counters: Counters) -> Self {
+        Self { columns, counters }
+    }
+
+    /// Maps every insert of a transaction; updates and deletes are counted and ignored.
+    pub fn map(&self, txn: Transaction) -> Result<MappedTransaction, InvalidEvent> {
+        let mut events = Vec::with_capacity(txn.changes.len());
+        let (mut updates, mut deletes) = (0u64, 0u64);
+        for change in txn.changes {
+            match change.op {
+                RowOp::Insert => events.push(self.map_row(&txn.end.file, change)?),
+                RowOp::Update => updates += 1,
+                RowOp::Delete => deletes += 1,
+            }
+        }
+        for (op, n) in [(RowOp::Update, updates), (RowOp::Delete, deletes)] {
+            if n > 0 {
+                let total = self.counters.ignored(op, n);
+                warn!(
+                    op = %op, rows = n, total, transaction_end = %txn.end,
+                    "ignored {op} rows on an outbox table: the outbox is append-only, only INSERTs are published"
+                );
+            }
+        }
+        Ok(MappedTransaction { end: txn.end, commit_time_ms: txn.commit_time_ms, events })
+    }
+
+    fn map_row(&self, file: &crate::source::BinlogFile, change: RowChange) -> Result<OutboxEvent, InvalidEvent> {
+        let position = format!("{file}:{}", change.event_offset);
+        let invalid = |event_id: Option<EventId>, reason: String| InvalidEvent {
+            table: change.table.clone(),
+            position: position.clone(),
+            event_id,
+            reason,
+        };
+        let Some(row) = change.row.as_ref() else {
+            return Err(invalid(None, "insert without an after image (binlog_row_image must be FULL)".into()));
+        };
+        let c = &self.columns;
+        let id = match column(row, &c.event_id) {
+            Err(e) => return Err(invalid(None, e)),
+            Ok(Some(id)) => EventId(id),
+            Ok(None) => return Err(invalid(None, format!("event id column {:?} is NULL", c.event_id))),
+        };
+        let invalid = |reason: String| invalid(Some(id.clone()), reason);
+        let route_value = column(row, &c.aggregate_type)
+            .map_err(&invalid)?
+            .ok_or_else(|| invalid(format!("route column {:?} is NULL", c.aggregate_type)))?;
+        let route_value = String::from_utf8(route_value)
+            .map_err(|_| invalid(format!("route column {:?} is not valid UTF-8", c.aggregate_type)))?;
+        let key = column(row, &c.aggregate_id)
+            .map_err(&invalid)?
+            .ok_or_else(|| invalid(format!("key column {:?} is NULL", c.aggregate_id)))?;
+        let payload = column(row, &c.payload).map_err(&invalid)?;
+        // The event type is optional: tables without the column simply get no header.
+        let event_type = match find(row, &c.event_type) {
+            Some(i) => row.as_ref(i).map(value::to_bytes).transpose().map_err(&invalid)?.flatten(),
+            None => None,
+        };
+        let timestamp_ms = match &c.timestamp {
+            Some(name) => {
+                let i = find(row, name).ok_or_else(|| invalid(missing(row, name)))?;
+                row.as_ref(i).map(value::to_epoch_ms).transpose().map_err(&invalid)?.flatten()
+            }
+            None => None,
+        };
+        Ok(OutboxEvent {
+            table: change.table,
+            position,
+            id,
+            route_value,
+            key,
+            event_type,
+            payload,
+            timestamp_ms,
+        })
+    }
+}
+
+fn find(row: &BinlogRow, name: &str) -> Option<usize> {
+    row.columns_ref().iter().position(|c| c.name_ref() == name.as_bytes())
+}
+
+fn missing(row: &BinlogRow, name: &str) -> String {
+    if row.columns_ref().iter().all(|c| c.name_ref().is_empty()) {
+        return format!(
+            "column {name:?} cannot be found: the row carries no column names (set binlog_row_metadata=FULL)"
+        );
+    }
+    let have: Vec<_> = row.columns_ref().iter().map(|c| c.name_str().into_owned()).collect();
+    format!("mapped column {name:?} is missing (table has: {})", have.join(", "))
+}
+
+/// A mapped, required column's bytes (None for NULL); missing column is an error.
+fn column(row: &BinlogRow, name: &str) -> Result<Option<Vec<u8>>, String> {
+    let i = find(row, name).ok_or_else(|| missing(row, name))?;
+    match row.as_ref(i) {
+        Some(v) => value::to_bytes(v),
+        None => Err(format!("column {name:?} is absent from the row image (binlog_row_image must be FULL)")),
+    }
+}

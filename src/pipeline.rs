@@ -1,0 +1,327 @@
+//! Wiring: source → outbox → route in a reader task, sink → acker → checkpoint in the
+//! acker loop, joined by a bounded channel; plus the supervisor that restarts after
+//! transient errors.
+//!
+//! Reading never waits for acknowledgements, but the in-flight window
+//! (`pipeline.max_in_flight` records) and the channel bound how far it runs ahead, so
+//! when Kafka stalls the binlog stays on the server and memory stays flat. Deliveries
+//! complete in any order; an ordered queue releases them in commit order, so the
+//! checkpoint only ever covers a contiguous prefix of acknowledged transactions.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures::stream::FuturesOrdered;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::checkpoint::{Checkpoint, CheckpointError, CheckpointStore};
+use crate::config::{Config, StartFrom};
+use crate::monitor::Counters;
+use crate::outbox::{InvalidEvent, Mapper};
+use crate::route::{Batch, Router};
+use crate::sink::{KafkaSink, Sink, SinkError, StdoutSink};
+use crate::source::{self, server, BinlogReader, Position, SourceError, TableName};
+
+/// Transactions buffered between the reader and the sink.
+const CHANNEL_TRANSACTIONS: usize = 1024;
+
+/// Which sink to run with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkKind {
+    /// Kafka, the product.
+    Kafka,
+    /// JSON lines on stdout (dry run).
+    Stdout,
+}
+
+/// Why the pipeline stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    #[error("{0}\n  the checkpoint stays before this transaction; fix the row's data or the column mapping, then restart")]
+    Invalid(#[from] InvalidEvent),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("the server is not configured for row-based CDC:\n  {0}")]
+    Settings(String),
+    #[error("{0}")]
+    Config(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl PipelineError {
+    /// True when restarting from the checkpoint may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            PipelineError::Source(e) => e.is_transient(),
+            PipelineError::Sink(e) => e.is_transient(),
+            _ => false,
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// Runs until `shutdown` fires (Ok) or a non-transient error (Err), restarting from the
+/// durable checkpoint with backoff after transient ones.
+pub async fn run(
+    config: &Config,
+    sink_kind: SinkKind,
+    shutdown: CancellationToken,
+    counters: Counters,
+) -> Result<(), PipelineError> {
+    let store = CheckpointStore::open(&config.checkpoint.dir)?;
+    let mut delay = Duration::from_millis(500);
+    loop {
+        let started = Instant::now();
+        let result = run_once(config, &store, sink_kind, &shutdown, &counters).await;
+        let snapshot = counters.snapshot();
+        match result {
+            Ok(()) => {
+                info!(?snapshot, "stopped");
+                return Ok(());
+            }
+            Err(e) if e.is_transient() && !shutdown.is_cancelled() => {
+                if started.elapsed() > Duration::from_secs(60) {
+                    delay = Duration::from_millis(500);
+                }
+                counters.restart();
+                warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "pipeline stopped by a transient error; resuming from the last checkpoint");
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = shutdown.cancelled() => return Ok(()),
+                }
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+            Err(e) => {
+                error!(?snapshot, "stopped by an error");
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Where to start: the checkpoint, else `source.start` (stored at once, so a crash before
+/// the first delivery cannot move a `latest` start past committed events).
+async fn start_position(
+    config: &Config,
+    store: &CheckpointStore,
+    conn: &mut mysql_async::Conn,
+    flavor: server::Flavor,
+) -> Result<Position, PipelineError> {
+    if let Some(cp) = store.load()? {
+        return Ok(cp.position);
+    }
+    let position = match &config.source.start {
+        StartFrom::Latest => server::current_position(conn, flavor).await?,
+        StartFrom::Earliest => server::earliest_position(conn).await?,
+        StartFrom::At(p) => p.clone(),
+    };
+    store.save(&Checkpoint { position: position.clone(), commit_time_ms: 0, written_at_ms: now_ms() })?;
+    info!(%position, start = ?config.source.start, "no checkpoint yet: starting here and recorded it");
+    Ok(position)
+}
+
+async fn run_once(
+    config: &Config,
+    store: &CheckpointStore,
+    sink_kind: SinkKind,
+    shutdown: &CancellationToken,
+    counters: &Counters,
+) -> Result<(), PipelineError> {
+    let mut conn = source::connect(&config.source).await?;
+    let flavor = server::flavor(&mut conn).await?;
+    let problems = server::settings_problems(&mut conn).await?;
+    if !problems.is_empty() {
+        let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return Err(PipelineError::Settings(text.join("\n  ")));
+    }
+    let start = start_position(config, store, &mut conn, flavor).await?;
+    let tables: Vec<TableName> = config
+        .outbox
+        .tables
+        .iter()
+        .map(|t| TableName::parse(t).map_err(PipelineError::Config))
+        .collect::<Result<_, _>>()?;
+    let sink = match sink_kind {
+        SinkKind::Kafka => Sink::Kafka(KafkaSink::new(&config.kafka)?),
+        SinkKind::Stdout => Sink::Stdout(StdoutSink),
+    };
+    let reader = BinlogReader::start(
+        conn,
+        flavor,
+        config.source.server_id,
+        start.clone(),
+        &tables,
+        config.source.heartbeat(),
+    )
+    .await?;
+    info!(position = %start, tables = ?config.outbox.tables, "streaming binlog");
+
+    let mapper = Mapper::new(config.outbox.columns.clone(), counters.clone());
+    let router = Router::new(&config.route).map_err(PipelineError::Config)?;
+    let (tx, rx) = mpsc::channel(CHANNEL_TRANSACTIONS);
+    let stop_reading = shutdown.child_token();
+    let reader_task = tokio::spawn(read_loop(reader, mapper, router, tx, stop_reading.clone(), counters.clone()));
+
+    let mut acker = Acker::new(store, start, Duration::from_millis(config.checkpoint.flush_interval_ms), counters);
+    let acked = acker.run(&sink, rx, config, &stop_reading).await;
+    stop_reading.cancel();
+    let read = reader_task
+        .await
+        .map_err(|e| PipelineError::Internal(format!("reader task failed: {e}")))?;
+    // A delivery failure explains a reader stop, not the other way round.
+    acked?;
+    read
+}
+
+/// Source → outbox → route, one committed transaction at a time.
+async fn read_loop(
+    mut reader: BinlogReader,
+    mapper: Mapper,
+    router: Router,
+    tx: mpsc::Sender<Batch>,
+    stop: CancellationToken,
+    counters: Counters,
+) -> Result<(), PipelineError> {
+    loop {
+        let txn = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return Ok(()),
+            txn = reader.next_transaction() => txn?,
+        };
+        counters.transaction();
+        let batch = router.route(mapper.map(txn)?)?;
+        if tx.send(batch).await.is_err() {
+            return Ok(()); // the acker stopped; it says why
+        }
+    }
+}
+
+/// Tracks acknowledged transactions and writes the checkpoint.
+struct Acker<'a> {
+    store: &'a CheckpointStore,
+    counters: &'a Counters,
+    /// End of the last transaction whose records, and all earlier ones, are acknowledged.
+    watermark: Position,
+    watermark_commit_ms: i64,
+    saved: Position,
+    last_save: Instant,
+    interval: Duration,
+}
+
+type Completed = (Position, i64, usize, Result<usize, SinkError>);
+
+impl<'a> Acker<'a> {
+    fn new(store: &'a CheckpointStore, start: Position, interval: Duration, counters: &'a Counters) -> Self {
+        Self {
+            store,
+            counters,
+            watermark: start.clone(),
+            watermark_commit_ms: 0,
+            saved: start,
+            last_save: Instant::now(),
+            interval,
+        }
+    }
+
+    /// Sends batches and advances the watermark until the channel closes or a delivery
+    /// fails; then drains what is in flight (bounded) and writes the final checkpoint.
+    async fn run(
+        &mut self,
+        sink: &Sink,
+        mut rx: mpsc::Receiver<Batch>,
+        config: &Config,
+        stop_reading: &CancellationToken,
+    ) -> Result<(), PipelineError> {
+        let max_in_flight = config.pipeline.max_in_flight;
+        let mut in_flight: FuturesOrdered<futures::future::BoxFuture<'static, Completed>> = FuturesOrdered::new();
+        let mut in_flight_records = 0usize;
+        let mut tick = tokio::time::interval(self.interval);
+        let mut failure: Option<PipelineError> = None;
+        loop {
+            tokio::select! {
+                biased;
+                Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                    in_flight_records -= done.2;
+                    if let Err(e) = self.complete(done) {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+                batch = rx.recv(), if in_flight_records < max_in_flight => {
+                    let Some(batch) = batch else { break };
+                    let n = batch.records.len();
+                    let (end, commit) = (batch.end, batch.commit_time_ms);
+                    let delivery = match sink.send(batch.records).await {
+                        Ok(d) => d,
+                        Err(e) => { failure = Some(e.into()); break; }
+                    };
+                    self.counters.routed(n as u64);
+                    in_flight_records += n;
+                    in_flight.push_back(Box::pin(async move { (end, commit, n, delivery.await) }));
+                }
+                _ = tick.tick() => {}
+            }
+            self.maybe_save(false)?;
+        }
+        // Stop reading first, then wait for what Kafka already has, so a restart does
+        // not race the old producer's last deliveries.
+        stop_reading.cancel();
+        drop(rx);
+        let deadline = Duration::from_secs(config.pipeline.shutdown_timeout_secs);
+        let drained = tokio::time::timeout(deadline, async {
+            while let Some(done) = in_flight.next().await {
+                if failure.is_none() {
+                    if let Err(e) = self.complete(done) {
+                        failure = Some(e);
+                    }
+                }
+            }
+        })
+        .await;
+        if drained.is_err() {
+            warn!(
+                records = in_flight_records,
+                deadline_secs = deadline.as_secs(),
+                "records still unacknowledged at the deadline; they will be sent again after restart"
+            );
+        }
+        self.maybe_save(true)?;
+        failure.map_or(Ok(()), Err)
+    }
+
+    fn complete(&mut self, (end, commit_ms, _, result): Completed) -> Result<(), PipelineError> {
+        let n = result?;
+        self.counters.acked(n as u64);
+        self.watermark = end;
+        if commit_ms > 0 {
+            self.watermark_commit_ms = commit_ms;
+        }
+        Ok(())
+    }
+
+    fn maybe_save(&mut self, force: bool) -> Result<(), PipelineError> {
+        if self.watermark == self.saved || (!force && self.last_save.elapsed() < self.interval) {
+            return Ok(());
+        }
+        let cp = Checkpoint {
+            position: self.watermark.clone(),
+            commit_time_ms: self.watermark_commit_ms,
+            written_at_ms: now_ms(),
+        };
+        self.store.save(&cp)?;
+        self.counters.checkpoint_written();
+        self.saved = self.watermark.clone();
+        self.last_save = Instant::now();
+        Ok(())
+    }
+}

@@ -1,0 +1,77 @@
+//! Sink stage: hands records to Kafka (or stdout for dry runs) and returns, per batch,
+//! a future that resolves once every record of the batch is acknowledged.
+
+mod kafka;
+mod stdout;
+
+use futures::future::BoxFuture;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+pub use kafka::KafkaSink;
+pub use stdout::StdoutSink;
+
+use crate::route::{EventRef, Record};
+
+/// Resolves with the number of records acknowledged, or the first failure.
+pub type Delivery = BoxFuture<'static, Result<usize, SinkError>>;
+
+/// Errors from a sink.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error("cannot create the Kafka producer: {0}")]
+    Create(KafkaError),
+    #[error("Kafka rejected the record for event {} ({} at {}) to topic {topic}: {error}", event.id, event.table, event.position)]
+    Produce { event: Box<EventRef>, topic: String, error: KafkaError },
+    #[error("Kafka did not acknowledge event {} ({} at {}) on topic {topic}: {error}", event.id, event.table, event.position)]
+    Delivery { event: Box<EventRef>, topic: String, error: KafkaError },
+    #[error("the producer was dropped before acknowledging event {}", event.id)]
+    Canceled { event: Box<EventRef> },
+    #[error("cannot write to stdout: {0}")]
+    Stdout(std::io::Error),
+}
+
+impl SinkError {
+    /// True when a restart from the checkpoint may succeed; false when the record itself
+    /// or the configuration is the problem.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            SinkError::Produce { error, .. } | SinkError::Delivery { error, .. } => !is_permanent(error),
+            SinkError::Canceled { .. } => true,
+            SinkError::Create(_) | SinkError::Stdout(_) => false,
+        }
+    }
+}
+
+fn is_permanent(error: &KafkaError) -> bool {
+    use RDKafkaErrorCode::*;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            MessageSizeTooLarge
+                | InvalidMessageSize
+                | InvalidTopic
+                | TopicAuthorizationFailed
+                | ClusterAuthorizationFailed
+                | InvalidRecord
+                | InvalidArgument
+        )
+    )
+}
+
+/// Where records go.
+pub enum Sink {
+    /// The real thing.
+    Kafka(KafkaSink),
+    /// JSON lines on stdout, for dry runs.
+    Stdout(StdoutSink),
+}
+
+impl Sink {
+    /// Hands records over in order; waits only when the producer's queue is full.
+    pub async fn send(&self, records: Vec<Record>) -> Result<Delivery, SinkError> {
+        match self {
+            Sink::Kafka(k) => k.send(records).await,
+            Sink::Stdout(s) => s.send(records),
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! Opening connections to the source server, and the source stage's error type.
+
+use std::time::Duration;
+
+use mysql_async::{Conn, OptsBuilder};
+
+use crate::config::{ConfigError, SourceConfig};
+
+use super::Position;
+
+/// Errors from the source server. Each says whether a retry from the checkpoint can help.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot connect to {host}:{port} as {user}: {source}")]
+    Connect { host: String, port: u16, user: String, source: mysql_async::Error },
+    #[error("connecting to {host}:{port} timed out after {secs} s")]
+    ConnectTimeout { host: String, port: u16, secs: u64 },
+    #[error("query {query:?} failed: {source}")]
+    Query { query: &'static str, source: mysql_async::Error },
+    #[error("binlog stream broke at {position}: {source}")]
+    Stream { position: String, source: mysql_async::Error },
+    #[error("binlog stream ended by the server at {position}")]
+    StreamEnded { position: String },
+    #[error("no binlog event for {secs} s at {position} although heartbeats were requested: connection presumed dead")]
+    ReadTimeout { position: String, secs: u64 },
+    #[error("cannot decode binlog event at {position}: {reason}")]
+    Decode { position: String, reason: String },
+    #[error("server answered unexpectedly: {0}")]
+    Unexpected(String),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+impl SourceError {
+    /// True when reconnecting from the last checkpoint may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            SourceError::Connect { source, .. }
+            | SourceError::Query { source, .. }
+            | SourceError::Stream { source, .. } => !is_access_error(source),
+            SourceError::ConnectTimeout { .. }
+            | SourceError::StreamEnded { .. }
+            | SourceError::ReadTimeout { .. } => true,
+            SourceError::Decode { .. } | SourceError::Unexpected(_) | SourceError::Config(_) => false,
+        }
+    }
+
+    pub(crate) fn stream(position: &Position, source: mysql_async::Error) -> Self {
+        SourceError::Stream { position: position.to_string(), source }
+    }
+}
+
+/// Access denied and missing privileges do not fix themselves by retrying.
+fn is_access_error(e: &mysql_async::Error) -> bool {
+    // 1045 access denied, 1044 db access denied, 1227 missing privilege, 1236 binlog
+    // position unavailable (purged or invalid): all need an operator.
+    matches!(e, mysql_async::Error::Server(s) if matches!(s.code, 1044 | 1045 | 1227 | 1236))
+}
+
+/// Opens a plain connection to the source server with the configured credentials.
+pub async fn connect(cfg: &SourceConfig) -> Result<Conn, SourceError> {
+    let password = cfg.password()?;
+    let opts = OptsBuilder::default()
+        .ip_or_hostname(cfg.host.clone())
+        .tcp_port(cfg.port)
+        .user(Some(cfg.user.clone()))
+        .pass(password.as_ref().map(|p| p.expose().to_string()))
+        .prefer_socket(false);
+    let secs = cfg.connect_timeout_secs.max(1);
+    match tokio::time::timeout(Duration::from_secs(secs), Conn::new(opts)).await {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(source)) => Err(SourceError::Connect {
+            host: cfg.host.clone(),
+            port: cfg.port,
+            user: cfg.user.clone(),
+            source,
+        }),
+        Err(_) => Err(SourceError::ConnectTimeout { host: cfg.host.clone(), port: cfg.port, secs }),
+    }
+}

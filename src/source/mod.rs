@@ -1,0 +1,14 @@
+//! Source stage: connect to the server as a replica, stream the binlog, and cut it into
+//! committed transactions that each carry the position just past their last event.
+
+mod connect;
+mod mariadb;
+mod position;
+mod reader;
+pub mod server;
+mod transaction;
+
+pub use connect::{connect, SourceError};
+pub use position::{BinlogFile, GtidState, MariaGtid, Position, PositionError};
+pub use reader::BinlogReader;
+pub use transaction::{RowChange, RowOp, TableName, Transaction};

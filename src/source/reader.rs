@@ -1,0 +1,293 @@
+//! The binlog stream, cut into committed transactions.
+//!
+//! A transaction ends at an XID event (InnoDB), a `COMMIT`/`ROLLBACK` query event, or is
+//! a single statement (DDL) outside `BEGIN`. Rotate events keep the file name current;
+//! heartbeats only prove the connection is alive. Rows are decoded for watched tables
+//! only, so unrelated traffic costs little but still advances the position.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use mysql_async::binlog::EventType;
+use mysql_async::binlog::events::{Event, EventData, RowsEventData};
+use mysql_async::prelude::Queryable;
+use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
+
+use super::mariadb;
+use super::server::Flavor;
+use super::{BinlogFile, Position, RowChange, RowOp, SourceError, TableName, Transaction};
+
+/// Reads committed transactions from a binlog stream.
+pub struct BinlogReader {
+    stream: BinlogStream,
+    /// Position of the last event read; `offset` only moves at transaction ends.
+    at: Position,
+    watched: HashMap<(String, String), Arc<TableName>>,
+    /// Table id → watched table, refreshed by every TABLE_MAP event.
+    table_ids: HashMap<u64, Option<Arc<TableName>>>,
+    read_timeout: Duration,
+    seen_format_description: bool,
+    checksums_on: bool,
+    /// Inside `BEGIN … COMMIT` (or a non-standalone MariaDB GTID group).
+    in_explicit_txn: bool,
+    /// End offset of the current MySQL 8 compressed transaction payload, whose inner
+    /// events carry log_pos 0.
+    payload_end: Option<u64>,
+    changes: Vec<RowChange>,
+}
+
+impl BinlogReader {
+    /// Registers as a replica with `server_id` and requests the binlog from `start`.
+    pub async fn start(
+        mut conn: Conn,
+        flavor: Flavor,
+        server_id: u32,
+        start: Position,
+        watched: &[TableName],
+        heartbeat: Duration,
+    ) -> Result<Self, SourceError> {
+        let checksum = super::server::variable(&mut conn, "binlog_checksum").await?;
+        let checksums_on = !checksum.unwrap_or_default().eq_ignore_ascii_case("NONE");
+        if flavor == Flavor::MariaDb {
+            // Without it the server rewrites GTID events as `BEGIN` queries.
+            exec(&mut conn, "SET @mariadb_slave_capability=4").await?;
+        }
+        let period_ns = heartbeat.as_nanos().min(u64::MAX as u128) as u64;
+        conn.query_drop(format!("SET @master_heartbeat_period={period_ns}"))
+            .await
+            .map_err(|source| SourceError::Query { query: "SET @master_heartbeat_period", source })?;
+        let request = BinlogStreamRequest::new(server_id)
+            .with_filename(start.file.name().as_bytes())
+            .with_pos(start.offset);
+        let stream = conn
+            .get_binlog_stream(request)
+            .await
+            .map_err(|e| SourceError::stream(&start, e))?;
+        Ok(Self {
+            stream,
+            at: start,
+            watched: watched
+                .iter()
+                .map(|t| ((t.database.clone(), t.table.clone()), Arc::new(t.clone())))
+                .collect(),
+            table_ids: HashMap::new(),
+            read_timeout: heartbeat * 3 + Duration::from_secs(1),
+            seen_format_description: false,
+            checksums_on,
+            in_explicit_txn: false,
+            payload_end: None,
+            changes: Vec::new(),
+        })
+    }
+
+    /// The position of the last completed transaction read.
+    pub fn position(&self) -> &Position {
+        &self.at
+    }
+
+    /// Waits for the next committed transaction.
+    pub async fn next_transaction(&mut self) -> Result<Transaction, SourceError> {
+        loop {
+            let event = match tokio::time::timeout(self.read_timeout, self.stream.next()).await {
+                Err(_) => {
+                    return Err(SourceError::ReadTimeout {
+                        position: self.at.to_string(),
+                        secs: self.read_timeout.as_secs(),
+                    })
+                }
+                Ok(None) => return Err(SourceError::StreamEnded { position: self.at.to_string() }),
+                Ok(Some(Err(e))) => return Err(SourceError::stream(&self.at, e)),
+                Ok(Some(Ok(event))) => event,
+            };
+            if let Some(txn) = self.handle(event)? {
+                return Ok(txn);
+            }
+        }
+    }
+
+    fn decode_error(&self, event_end: u64, reason: impl ToString) -> SourceError {
+        SourceError::Decode {
+            position: format!("{}:{}", self.at.file, event_end),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Handles one event; returns a transaction when this event completed one.
+    fn handle(&mut self, event: Event) -> Result<Option<Transaction>, SourceError> {
+        let header = event.header();
+        let raw_type = header.event_type_raw();
+        // Events inside a compressed payload carry log_pos 0: they end where it ends.
+        let event_end = match header.log_pos() {
+            0 => self.payload_end.unwrap_or(self.at.offset),
+            p => u64::from(p),
+        };
+        match raw_type {
+            mariadb::GTID_EVENT => {
+                let gtid = mariadb::parse_gtid(event.data(), header.server_id())
+                    .ok_or_else(|| self.decode_error(event_end, "short MariaDB GTID event"))?;
+                self.begin();
+                self.in_explicit_txn = !gtid.standalone;
+                self.at.gtid.apply(gtid.gtid);
+                return Ok(None);
+            }
+            mariadb::GTID_LIST_EVENT => {
+                let list = mariadb::parse_gtid_list(event.data())
+                    .ok_or_else(|| self.decode_error(event_end, "short MariaDB GTID list event"))?;
+                for gtid in list {
+                    self.at.gtid.apply(gtid);
+                }
+                return Ok(None);
+            }
+            mariadb::ANNOTATE_ROWS_EVENT | mariadb::BINLOG_CHECKPOINT_EVENT => return Ok(None),
+            _ => {}
+        }
+        let Ok(event_type) = header.event_type() else {
+            // An event type neither library nor router knows: it may carry rows, so
+            // skipping it could lose data.
+            return Err(self.decode_error(event_end, format!("unknown binlog event type {raw_type}")));
+        };
+        match event_type {
+            EventType::ROTATE_EVENT => self.rotate(&event, header.log_pos())?,
+            EventType::FORMAT_DESCRIPTION_EVENT => self.seen_format_description = true,
+            EventType::GTID_EVENT | EventType::ANONYMOUS_GTID_EVENT | EventType::GTID_TAGGED_LOG_EVENT => {
+                // MySQL GTID sets are not tracked yet; the file position is authoritative.
+                self.begin();
+            }
+            EventType::TRANSACTION_PAYLOAD_EVENT => self.payload_end = Some(event_end),
+            EventType::TABLE_MAP_EVENT => {
+                let Some(EventData::TableMapEvent(tme)) = self.read(&event, event_end)? else {
+                    return Err(self.decode_error(event_end, "TABLE_MAP event did not decode"));
+                };
+                let key = (tme.database_name().into_owned(), tme.table_name().into_owned());
+                let watched = self.watched.get(&key).cloned();
+                self.table_ids.insert(tme.table_id(), watched);
+            }
+            EventType::WRITE_ROWS_EVENT
+            | EventType::WRITE_ROWS_EVENT_V1
+            | EventType::UPDATE_ROWS_EVENT
+            | EventType::UPDATE_ROWS_EVENT_V1
+            | EventType::PARTIAL_UPDATE_ROWS_EVENT
+            | EventType::DELETE_ROWS_EVENT
+            | EventType::DELETE_ROWS_EVENT_V1 => self.rows(&event, event_end)?,
+            EventType::XID_EVENT => return Ok(Some(self.commit(event_end, header.timestamp()))),
+            EventType::QUERY_EVENT => {
+                let Some(EventData::QueryEvent(q)) = self.read(&event, event_end)? else {
+                    return Err(self.decode_error(event_end, "QUERY event did not decode"));
+                };
+                let sql = q.query();
+                let sql = sql.trim();
+                if sql.eq_ignore_ascii_case("BEGIN") {
+                    self.begin();
+                    self.in_explicit_txn = true;
+                } else if sql.eq_ignore_ascii_case("COMMIT")
+                    || (sql.len() >= 8
+                        && sql[..8].eq_ignore_ascii_case("ROLLBACK")
+                        && !sql.to_ascii_uppercase().contains(" TO "))
+                {
+                    // A ROLLBACK that reaches the binlog ends a transaction whose
+                    // non-transactional changes stay applied: publish what it logged.
+                    return Ok(Some(self.commit(event_end, header.timestamp())));
+                } else if !self.in_explicit_txn {
+                    // DDL and other single statements are transactions of their own.
+                    return Ok(Some(self.commit(event_end, header.timestamp())));
+                }
+            }
+            EventType::PRE_GA_WRITE_ROWS_EVENT
+            | EventType::PRE_GA_UPDATE_ROWS_EVENT
+            | EventType::PRE_GA_DELETE_ROWS_EVENT => {
+                return Err(self.decode_error(event_end, "pre-GA rows events (MySQL 5.1.0-5.1.15) are not supported"));
+            }
+            // Heartbeats, stop, intvar, rand, user var, previous GTIDs, rows query,
+            // incident and friends carry no rows.
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    fn read<'e>(&self, event: &'e Event, event_end: u64) -> Result<Option<EventData<'e>>, SourceError> {
+        event.read_data().map_err(|e| self.decode_error(event_end, e))
+    }
+
+    fn begin(&mut self) {
+        self.changes.clear();
+        self.in_explicit_txn = false;
+    }
+
+    fn commit(&mut self, end: u64, timestamp_secs: u32) -> Transaction {
+        self.in_explicit_txn = false;
+        self.payload_end = None;
+        self.at.offset = end;
+        Transaction {
+            end: self.at.clone(),
+            commit_time_ms: i64::from(timestamp_secs) * 1000,
+            changes: std::mem::take(&mut self.changes),
+        }
+    }
+
+    fn rotate(&mut self, event: &Event, log_pos: u32) -> Result<(), SourceError> {
+        let Some(EventData::RotateEvent(rotate)) = self.read(event, u64::from(log_pos))? else {
+            return Err(self.decode_error(u64::from(log_pos), "ROTATE event did not decode"));
+        };
+        let mut name = rotate.name_raw().to_vec();
+        // The first (fake) rotate arrives before the format description, so the reader
+        // does not yet know checksums are on and leaves the 4 CRC bytes in the name.
+        if log_pos == 0 && !self.seen_format_description && self.checksums_on && name.len() > 4 {
+            name.truncate(name.len() - 4);
+        }
+        let name = String::from_utf8(name)
+            .map_err(|_| self.decode_error(u64::from(log_pos), "binlog file name is not UTF-8"))?;
+        let file = BinlogFile::new(name).map_err(|e| self.decode_error(u64::from(log_pos), e))?;
+        if file != self.at.file {
+            self.at.file = file;
+            self.at.offset = rotate.position().max(4);
+        }
+        Ok(())
+    }
+
+    fn rows(&mut self, event: &Event, event_end: u64) -> Result<(), SourceError> {
+        let Some(EventData::RowsEvent(rows)) = self.read(event, event_end)? else {
+            return Err(self.decode_error(event_end, "rows event did not decode"));
+        };
+        let table = match self.table_ids.get(&rows.table_id()) {
+            Some(Some(t)) => t.clone(),
+            Some(None) => return Ok(()),
+            None => {
+                return Err(self.decode_error(
+                    event_end,
+                    format!("rows event for table id {} without a preceding TABLE_MAP", rows.table_id()),
+                ))
+            }
+        };
+        let op = match rows {
+            RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_) => RowOp::Insert,
+            RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_) => RowOp::Delete,
+            _ => RowOp::Update,
+        };
+        let tme = self.stream.get_tme(rows.table_id()).ok_or_else(|| {
+            self.decode_error(event_end, format!("no table map cached for table id {}", rows.table_id()))
+        })?;
+        let mut decoded = Vec::new();
+        for row in rows.rows(tme) {
+            let (_before, after) = row.map_err(|e| {
+                SourceError::Decode {
+                    position: format!("{}:{}", self.at.file, event_end),
+                    reason: format!("row of {table}: {e}"),
+                }
+            })?;
+            decoded.push(RowChange {
+                table: table.clone(),
+                op,
+                row: if op == RowOp::Insert { after } else { None },
+                event_offset: event_end,
+            });
+        }
+        self.changes.extend(decoded);
+        Ok(())
+    }
+}
+
+async fn exec(conn: &mut Conn, sql: &'static str) -> Result<(), SourceError> {
+    conn.query_drop(sql).await.map_err(|source| SourceError::Query { query: sql, source })
+}

@@ -1,0 +1,172 @@
+//! Questions asked of the source server: what it is, where its binlog is, whether its
+//! settings let the router work.
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Row};
+
+use super::{BinlogFile, GtidState, Position, SourceError};
+
+/// Which server family; they differ in GTIDs and some statements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    /// MariaDB (domain-server-seq GTIDs).
+    MariaDb,
+    /// MySQL (UUID:interval GTID sets).
+    MySql,
+}
+
+/// A setting or privilege that stops the router from working, with how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// What is wrong.
+    pub what: String,
+    /// What to do about it.
+    pub fix: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}\n    fix: {}", self.what, self.fix)
+    }
+}
+
+async fn query<T: mysql_async::prelude::FromRow + Send + 'static>(
+    conn: &mut Conn,
+    sql: &'static str,
+) -> Result<Vec<T>, SourceError> {
+    conn.query(sql).await.map_err(|source| SourceError::Query { query: sql, source })
+}
+
+/// Reads a global variable as text (None when the server does not have it).
+pub async fn variable(conn: &mut Conn, name: &'static str) -> Result<Option<String>, SourceError> {
+    let sql = match name {
+        "log_bin" => "SELECT @@global.log_bin",
+        "binlog_format" => "SELECT @@global.binlog_format",
+        "binlog_row_image" => "SELECT @@global.binlog_row_image",
+        "binlog_row_metadata" => "SELECT @@global.binlog_row_metadata",
+        "binlog_checksum" => "SELECT @@global.binlog_checksum",
+        "server_id" => "SELECT @@global.server_id",
+        "gtid_binlog_pos" => "SELECT @@global.gtid_binlog_pos",
+        "version" => "SELECT VERSION()",
+        _ => return Err(SourceError::Unexpected(format!("unknown variable {name}"))),
+    };
+    match conn.query_first::<Option<String>, _>(sql).await {
+        Ok(v) => Ok(v.flatten()),
+        // 1193: unknown system variable (e.g. binlog_row_metadata on old servers).
+        Err(mysql_async::Error::Server(e)) if e.code == 1193 => Ok(None),
+        Err(source) => Err(SourceError::Query { query: sql, source }),
+    }
+}
+
+/// Tells MariaDB from MySQL by the version string.
+pub async fn flavor(conn: &mut Conn) -> Result<Flavor, SourceError> {
+    let version = variable(conn, "version").await?.unwrap_or_default();
+    Ok(if version.to_ascii_lowercase().contains("mariadb") { Flavor::MariaDb } else { Flavor::MySql })
+}
+
+/// The server's current end of binlog, with GTID state on MariaDB.
+pub async fn current_position(conn: &mut Conn, flavor: Flavor) -> Result<Position, SourceError> {
+    // GTID first: a commit in between leaves the GTID state behind the file position,
+    // never ahead of it, so nothing is claimed that was not read.
+    let gtid = match flavor {
+        Flavor::MariaDb => variable(conn, "gtid_binlog_pos")
+            .await?
+            .map(|g| g.parse::<GtidState>())
+            .transpose()
+            .map_err(|e| SourceError::Unexpected(format!("gtid_binlog_pos: {e}")))?
+            .unwrap_or_default(),
+        Flavor::MySql => GtidState::default(),
+    };
+    // MySQL 8.4 removed SHOW MASTER STATUS; MariaDB and older MySQL lack the new name.
+    let rows: Vec<Row> = match conn.query("SHOW MASTER STATUS").await {
+        Ok(r) => r,
+        Err(_) => query(conn, "SHOW BINARY LOG STATUS").await?,
+    };
+    let row = rows.into_iter().next().ok_or_else(|| {
+        SourceError::Unexpected("SHOW MASTER STATUS returned nothing: is log_bin on?".into())
+    })?;
+    let file: String = row.get(0).ok_or_else(|| SourceError::Unexpected("no File column".into()))?;
+    let offset: u64 = row.get(1).ok_or_else(|| SourceError::Unexpected("no Position column".into()))?;
+    let mut pos = Position::new(
+        BinlogFile::new(file).map_err(|e| SourceError::Unexpected(e.to_string()))?,
+        offset,
+    )
+    .map_err(|e| SourceError::Unexpected(e.to_string()))?;
+    pos.gtid = gtid;
+    Ok(pos)
+}
+
+/// One file from `SHOW BINARY LOGS`.
+#[derive(Debug, Clone)]
+pub struct BinlogFileInfo {
+    /// File name.
+    pub file: BinlogFile,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// The binlog files the server still has, oldest first.
+pub async fn binary_logs(conn: &mut Conn) -> Result<Vec<BinlogFileInfo>, SourceError> {
+    let rows: Vec<Row> = query(conn, "SHOW BINARY LOGS").await?;
+    rows.into_iter()
+        .map(|row| {
+            let name: String = row.get(0).unwrap_or_default();
+            let size: u64 = row.get(1).unwrap_or_default();
+            let file = BinlogFile::new(name).map_err(|e| SourceError::Unexpected(e.to_string()))?;
+            Ok(BinlogFileInfo { file, size })
+        })
+        .collect()
+}
+
+/// The oldest position the server can still stream from.
+pub async fn earliest_position(conn: &mut Conn) -> Result<Position, SourceError> {
+    let first = binary_logs(conn)
+        .await?
+        .into_iter()
+        .next()
+        .ok_or_else(|| SourceError::Unexpected("SHOW BINARY LOGS is empty: is log_bin on?".into()))?;
+    Position::new(first.file, 4).map_err(|e| SourceError::Unexpected(e.to_string()))
+}
+
+/// Checks the binlog settings the router depends on; empty when all is well.
+pub async fn settings_problems(conn: &mut Conn) -> Result<Vec<Problem>, SourceError> {
+    let mut problems = Vec::new();
+    let mut expect = |name: &str, actual: Option<String>, want: &[&str], fix: &str| {
+        let ok = actual.as_deref().is_some_and(|a| want.iter().any(|w| a.eq_ignore_ascii_case(w)));
+        if !ok {
+            problems.push(Problem {
+                what: format!(
+                    "{name} is {}, the router needs {}",
+                    actual.as_deref().unwrap_or("not available"),
+                    want[0]
+                ),
+                fix: fix.to_string(),
+            });
+        }
+    };
+    expect(
+        "log_bin",
+        variable(conn, "log_bin").await?,
+        &["1", "ON"],
+        "start the server with log-bin (e.g. log-bin=mysql-bin in the [mysqld]/[mariadbd] section of my.cnf) and restart it",
+    );
+    expect(
+        "binlog_format",
+        variable(conn, "binlog_format").await?,
+        &["ROW"],
+        "set binlog_format=ROW in my.cnf, or SET GLOBAL binlog_format=ROW (applies to new sessions)",
+    );
+    expect(
+        "binlog_row_image",
+        variable(conn, "binlog_row_image").await?,
+        &["FULL"],
+        "set binlog_row_image=FULL in my.cnf, or SET GLOBAL binlog_row_image=FULL",
+    );
+    expect(
+        "binlog_row_metadata",
+        variable(conn, "binlog_row_metadata").await?,
+        &["FULL"],
+        "set binlog_row_metadata=FULL in my.cnf, or SET GLOBAL binlog_row_metadata=FULL (column names then travel with every row; MySQL >= 8.0.1, MariaDB >= 10.5)",
+    );
+    Ok(problems)
+}

@@ -1,0 +1,80 @@
+//! What the source hands downstream: committed transactions and their row changes.
+
+use std::fmt;
+use std::sync::Arc;
+
+use mysql_async::binlog::row::BinlogRow;
+
+use super::Position;
+
+/// A `database.table` name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableName {
+    /// Database (schema) name.
+    pub database: String,
+    /// Table name.
+    pub table: String,
+}
+
+impl TableName {
+    /// Parses `database.table`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.split_once('.') {
+            Some((d, t)) if !d.is_empty() && !t.is_empty() && !t.contains('.') => {
+                Ok(Self { database: d.to_string(), table: t.to_string() })
+            }
+            _ => Err(format!("{s:?} is not a table name of the form database.table")),
+        }
+    }
+}
+
+impl fmt::Display for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.database, self.table)
+    }
+}
+
+/// The kind of row change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowOp {
+    /// A new row; the only kind an outbox publishes.
+    Insert,
+    /// A changed row (not expected on an append-only outbox).
+    Update,
+    /// A removed row (outbox cleanup jobs produce these).
+    Delete,
+}
+
+impl fmt::Display for RowOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RowOp::Insert => "INSERT",
+            RowOp::Update => "UPDATE",
+            RowOp::Delete => "DELETE",
+        })
+    }
+}
+
+/// One row change on a watched table.
+#[derive(Debug)]
+pub struct RowChange {
+    /// The table changed.
+    pub table: Arc<TableName>,
+    /// What happened to the row.
+    pub op: RowOp,
+    /// The row after the change; only kept for inserts.
+    pub row: Option<BinlogRow>,
+    /// End offset of the rows event in the transaction's binlog file, for error messages.
+    pub event_offset: u64,
+}
+
+/// A committed transaction: its watched row changes and where it ends.
+#[derive(Debug)]
+pub struct Transaction {
+    /// Position just past the commit: the checkpoint once this transaction is delivered.
+    pub end: Position,
+    /// Commit time, milliseconds since the epoch (the server gives seconds).
+    pub commit_time_ms: i64,
+    /// Changes to watched tables, in binlog order; empty for unrelated transactions.
+    pub changes: Vec<RowChange>,
+}

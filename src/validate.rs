@@ -1,0 +1,152 @@
+//! `validate`: everything the router needs from the server and Kafka, each problem with
+//! how to fix it.
+
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+
+use crate::config::Config;
+use crate::sink::KafkaSink;
+use crate::source::{self, server, TableName};
+
+/// One finding.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    /// What was checked.
+    pub check: String,
+    /// Whether it passed.
+    pub ok: bool,
+    /// What was found.
+    pub detail: String,
+    /// How to fix it (empty when ok).
+    pub fix: String,
+}
+
+impl Finding {
+    fn ok(check: &str, detail: impl Into<String>) -> Self {
+        Self { check: check.into(), ok: true, detail: detail.into(), fix: String::new() }
+    }
+    fn fail(check: &str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self { check: check.into(), ok: false, detail: detail.into(), fix: fix.into() }
+    }
+}
+
+/// Runs every check; never stops at the first problem.
+pub async fn validate(config: &Config) -> Vec<Finding> {
+    let mut out = Vec::new();
+    match source::connect(&config.source).await {
+        Err(e) => out.push(Finding::fail(
+            "source connection",
+            e.to_string(),
+            "check source.host/port/user and the password variable or file",
+        )),
+        Ok(mut conn) => {
+            out.push(Finding::ok("source connection", format!("{}:{}", config.source.host, config.source.port)));
+            check_server(&mut conn, config, &mut out).await;
+            let _ = conn.disconnect().await;
+        }
+    }
+    match KafkaSink::check_reachable(&config.kafka, Duration::from_secs(10)).await {
+        Ok(n) => out.push(Finding::ok("kafka", format!("{} answered ({n} broker(s))", config.kafka.bootstrap_servers))),
+        Err(e) => out.push(Finding::fail(
+            "kafka",
+            format!("{} did not answer: {e}", config.kafka.bootstrap_servers),
+            "check kafka.bootstrap_servers and security properties; is the broker up?",
+        )),
+    }
+    out
+}
+
+async fn check_server(conn: &mut mysql_async::Conn, config: &Config, out: &mut Vec<Finding>) {
+    match server::settings_problems(conn).await {
+        Ok(problems) if problems.is_empty() => out.push(Finding::ok(
+            "binlog settings",
+            "log_bin=ON binlog_format=ROW binlog_row_image=FULL binlog_row_metadata=FULL",
+        )),
+        Ok(problems) => {
+            for p in problems {
+                out.push(Finding::fail("binlog settings", p.what, p.fix));
+            }
+        }
+        Err(e) => out.push(Finding::fail("binlog settings", e.to_string(), "grant the user access to global variables")),
+    }
+    match server::variable(conn, "server_id").await {
+        Ok(Some(id)) if id == config.source.server_id.to_string() => out.push(Finding::fail(
+            "server_id",
+            format!("source.server_id {id} equals the server's own server_id"),
+            "pick a server_id no other server or replica in the topology uses",
+        )),
+        Ok(_) => out.push(Finding::ok("server_id", format!("replica id {}", config.source.server_id))),
+        Err(e) => out.push(Finding::fail("server_id", e.to_string(), "")),
+    }
+    check_grants(conn, out).await;
+    for table in &config.outbox.tables {
+        match TableName::parse(table) {
+            Ok(t) => check_table(conn, config, &t, out).await,
+            Err(e) => out.push(Finding::fail("outbox table", e, "name tables as database.table")),
+        }
+    }
+}
+
+async fn check_grants(conn: &mut mysql_async::Conn, out: &mut Vec<Finding>) {
+    let grants: Vec<String> = match conn.query("SHOW GRANTS").await {
+        Ok(g) => g,
+        Err(e) => return out.push(Finding::fail("privileges", e.to_string(), "")),
+    };
+    let all = grants.join("\n").to_ascii_uppercase();
+    let has = |p: &str| all.contains("ALL PRIVILEGES ON *.*") || all.contains(p);
+    let mut missing = Vec::new();
+    if !has("REPLICATION SLAVE") {
+        missing.push("REPLICATION SLAVE");
+    }
+    if !(has("BINLOG MONITOR") || has("REPLICATION CLIENT") || has("SUPER")) {
+        missing.push("REPLICATION CLIENT (MariaDB: BINLOG MONITOR)");
+    }
+    if missing.is_empty() {
+        out.push(Finding::ok("privileges", "replication privileges present"));
+    } else {
+        out.push(Finding::fail(
+            "privileges",
+            format!("missing {}", missing.join(", ")),
+            "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO <user> (MariaDB: REPLICATION SLAVE, BINLOG MONITOR), plus SELECT on the outbox tables",
+        ));
+    }
+}
+
+async fn check_table(conn: &mut mysql_async::Conn, config: &Config, t: &TableName, out: &mut Vec<Finding>) {
+    let check = format!("outbox table {t}");
+    let cols: Vec<String> = match conn
+        .exec(
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+            (&t.database, &t.table),
+        )
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => return out.push(Finding::fail(&check, e.to_string(), "grant SELECT on the table")),
+    };
+    if cols.is_empty() {
+        return out.push(Finding::fail(
+            &check,
+            "table not found (or no SELECT privilege on it)",
+            format!("create it, or GRANT SELECT ON {t} TO <user>"),
+        ));
+    }
+    let m = &config.outbox.columns;
+    let required = [&m.event_id, &m.aggregate_type, &m.aggregate_id, &m.payload];
+    let missing: Vec<&str> = required
+        .into_iter()
+        .chain(m.timestamp.as_ref())
+        .filter(|c| !cols.iter().any(|have| have == *c))
+        .map(String::as_str)
+        .collect();
+    if missing.is_empty() {
+        out.push(Finding::ok(&check, format!("columns {}", cols.join(", "))));
+    } else {
+        out.push(Finding::fail(
+            &check,
+            format!("mapped column(s) {} not in the table (it has {})", missing.join(", "), cols.join(", ")),
+            "fix [outbox.columns] in the config or add the columns",
+        ));
+    }
+}
