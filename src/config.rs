@@ -16,7 +16,10 @@ use crate::source::Position;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("config file {path} is invalid: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("config file {path}: {message}")]
@@ -123,7 +126,9 @@ impl FromStr for StartFrom {
 
 impl<'de> Deserialize<'de> for StartFrom {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -152,7 +157,10 @@ pub struct RouteConfig {
 
 impl Default for RouteConfig {
     fn default() -> Self {
-        Self { topic: default_topic(), event_id_header: default_event_id_header() }
+        Self {
+            topic: default_topic(),
+            event_id_header: default_event_id_header(),
+        }
     }
 }
 
@@ -171,7 +179,10 @@ pub struct KafkaConfig {
 
 impl Default for KafkaConfig {
     fn default() -> Self {
-        Self { bootstrap_servers: default_bootstrap(), properties: BTreeMap::new() }
+        Self {
+            bootstrap_servers: default_bootstrap(),
+            properties: BTreeMap::new(),
+        }
     }
 }
 
@@ -241,28 +252,39 @@ fn default_shutdown_timeout_secs() -> u64 {
 impl Config {
     /// Reads, parses and checks a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Self::parse(&text, path)
     }
 
     /// Parses and checks config text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let config: Config = toml::from_str(text)
-            .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string() })?;
-        config.check().map_err(|message| ConfigError::Invalid { path: path.to_path_buf(), message })?;
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        config.check().map_err(|message| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })?;
         Ok(config)
     }
 
     fn check(&self) -> Result<(), String> {
         if self.outbox.tables.is_empty() {
-            return Err("outbox.tables is empty: name at least one table as \"database.table\"".into());
+            return Err(
+                "outbox.tables is empty: name at least one table as \"database.table\"".into(),
+            );
         }
         for t in &self.outbox.tables {
             crate::source::TableName::parse(t).map_err(|e| format!("outbox.tables: {e}"))?;
         }
         if self.source.server_id == 0 {
-            return Err("source.server_id must be non-zero and unique among the server's replicas".into());
+            return Err(
+                "source.server_id must be non-zero and unique among the server's replicas".into(),
+            );
         }
         if self.source.password_env.is_some() && self.source.password_file.is_some() {
             return Err("set only one of source.password_env and source.password_file".into());
@@ -277,7 +299,8 @@ impl Config {
                 ));
             }
         }
-        crate::route::TopicTemplate::parse(&self.route.topic).map_err(|e| format!("route.topic: {e}"))?;
+        crate::route::TopicTemplate::parse(&self.route.topic)
+            .map_err(|e| format!("route.topic: {e}"))?;
         Ok(())
     }
 }
@@ -288,13 +311,22 @@ impl SourceConfig {
         if let Some(var) = &self.password_env {
             return std::env::var(var)
                 .map(|p| Some(Secret::new(p)))
-                .map_err(|_| ConfigError::Secret(format!("environment variable {var} (source.password_env) is not set")));
+                .map_err(|_| {
+                    ConfigError::Secret(format!(
+                        "environment variable {var} (source.password_env) is not set"
+                    ))
+                });
         }
         if let Some(file) = &self.password_file {
             let text = std::fs::read_to_string(file).map_err(|e| {
-                ConfigError::Secret(format!("cannot read source.password_file {}: {e}", file.display()))
+                ConfigError::Secret(format!(
+                    "cannot read source.password_file {}: {e}",
+                    file.display()
+                ))
             })?;
-            return Ok(Some(Secret::new(text.lines().next().unwrap_or("").to_string())));
+            return Ok(Some(Secret::new(
+                text.lines().next().unwrap_or("").to_string(),
+            )));
         }
         Ok(None)
     }
@@ -330,7 +362,9 @@ dir = "/tmp/x"
     #[test]
     fn unknown_key_is_rejected_with_its_name() {
         let text = format!("{MINIMAL}\nbogus = 1\n");
-        let err = Config::parse(&text, Path::new("t.toml")).unwrap_err().to_string();
+        let err = Config::parse(&text, Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("bogus"), "{err}");
     }
 

@@ -18,10 +18,20 @@ use outbox_router::pipeline::{self, SinkKind};
 use outbox_router::source::Position;
 
 #[derive(Parser)]
-#[command(name = "outbox-router", version, about = "Transactional outbox → Kafka, from the MySQL / MariaDB binlog")]
+#[command(
+    name = "outbox-router",
+    version,
+    about = "Transactional outbox → Kafka, from the MySQL / MariaDB binlog"
+)]
 struct Cli {
     /// Configuration file (TOML).
-    #[arg(short, long, env = "OUTBOX_ROUTER_CONFIG", default_value = "outbox-router.toml", global = true)]
+    #[arg(
+        short,
+        long,
+        env = "OUTBOX_ROUTER_CONFIG",
+        default_value = "outbox-router.toml",
+        global = true
+    )]
     config: PathBuf,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
@@ -80,7 +90,10 @@ enum CheckpointAction {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("outbox-router: cannot start the async runtime: {e}");
@@ -97,9 +110,13 @@ fn main() -> ExitCode {
 }
 
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("OUTBOX_ROUTER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rdkafka=warn,mysql_async=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("OUTBOX_ROUTER_LOG").unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new("info,rdkafka=warn,mysql_async=warn")
+        });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -128,7 +145,9 @@ async fn run(config: &Config, sink: SinkArg) -> Result<ExitCode> {
 
 async fn cancel_on_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut term) = signal(SignalKind::terminate()) else { return };
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        return;
+    };
     tokio::select! {
         _ = tokio::signal::ctrl_c() => info!("SIGINT: finishing in-flight deliveries, then stopping"),
         _ = term.recv() => info!("SIGTERM: finishing in-flight deliveries, then stopping"),
@@ -165,7 +184,10 @@ fn checkpoint(config: &Config, action: CheckpointAction) -> Result<ExitCode> {
     match action {
         CheckpointAction::Show { json } => match store.load()? {
             None if json => println!("null"),
-            None => println!("no checkpoint in {} (the next run starts at source.start)", dir.display()),
+            None => println!(
+                "no checkpoint in {} (the next run starts at source.start)",
+                dir.display()
+            ),
             Some(cp) if json => println!("{}", serde_json::to_string(&cp)?),
             Some(cp) => {
                 println!("position: {}", cp.position);
@@ -179,7 +201,11 @@ fn checkpoint(config: &Config, action: CheckpointAction) -> Result<ExitCode> {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis() as i64)
                 .unwrap_or(0);
-            store.save(&Checkpoint { position: position.clone(), commit_time_ms: 0, written_at_ms })?;
+            store.save(&Checkpoint {
+                position: position.clone(),
+                commit_time_ms: 0,
+                written_at_ms,
+            })?;
             println!("checkpoint set to {position}");
         }
         CheckpointAction::Reset { yes } => {

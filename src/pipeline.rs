@@ -67,7 +67,10 @@ impl PipelineError {
 }
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// Runs until `shutdown` fires (Ok) or a non-transient error (Err), restarting from the
@@ -125,7 +128,11 @@ async fn start_position(
         StartFrom::Earliest => server::earliest_position(conn).await?,
         StartFrom::At(p) => p.clone(),
     };
-    store.save(&Checkpoint { position: position.clone(), commit_time_ms: 0, written_at_ms: now_ms() })?;
+    store.save(&Checkpoint {
+        position: position.clone(),
+        commit_time_ms: 0,
+        written_at_ms: now_ms(),
+    })?;
     info!(%position, start = ?config.source.start, "no checkpoint yet: starting here and recorded it");
     Ok(position)
 }
@@ -170,9 +177,21 @@ async fn run_once(
     let router = Router::new(&config.route).map_err(PipelineError::Config)?;
     let (tx, rx) = mpsc::channel(CHANNEL_TRANSACTIONS);
     let stop_reading = shutdown.child_token();
-    let reader_task = tokio::spawn(read_loop(reader, mapper, router, tx, stop_reading.clone(), counters.clone()));
+    let reader_task = tokio::spawn(read_loop(
+        reader,
+        mapper,
+        router,
+        tx,
+        stop_reading.clone(),
+        counters.clone(),
+    ));
 
-    let mut acker = Acker::new(store, start, Duration::from_millis(config.checkpoint.flush_interval_ms), counters);
+    let mut acker = Acker::new(
+        store,
+        start,
+        Duration::from_millis(config.checkpoint.flush_interval_ms),
+        counters,
+    );
     let acked = acker.run(&sink, rx, config, &stop_reading).await;
     stop_reading.cancel();
     let read = reader_task
@@ -221,7 +240,12 @@ struct Acker<'a> {
 type Completed = (Position, i64, usize, Result<usize, SinkError>);
 
 impl<'a> Acker<'a> {
-    fn new(store: &'a CheckpointStore, start: Position, interval: Duration, counters: &'a Counters) -> Self {
+    fn new(
+        store: &'a CheckpointStore,
+        start: Position,
+        interval: Duration,
+        counters: &'a Counters,
+    ) -> Self {
         Self {
             store,
             counters,
@@ -243,7 +267,8 @@ impl<'a> Acker<'a> {
         stop_reading: &CancellationToken,
     ) -> Result<(), PipelineError> {
         let max_in_flight = config.pipeline.max_in_flight;
-        let mut in_flight: FuturesOrdered<futures::future::BoxFuture<'static, Completed>> = FuturesOrdered::new();
+        let mut in_flight: FuturesOrdered<futures::future::BoxFuture<'static, Completed>> =
+            FuturesOrdered::new();
         let mut in_flight_records = 0usize;
         let mut tick = tokio::time::interval(self.interval);
         let mut failure: Option<PipelineError> = None;

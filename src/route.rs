@@ -22,10 +22,16 @@ impl TopicTemplate {
             Some((_, s)) if s.contains(ROUTED_BY_VALUE) => Err(format!(
                 "{template:?} uses {ROUTED_BY_VALUE} more than once"
             )),
-            Some((p, s)) => Ok(Self { prefix: p.into(), suffix: Some(s.into()) }),
+            Some((p, s)) => Ok(Self {
+                prefix: p.into(),
+                suffix: Some(s.into()),
+            }),
             None => {
                 check_topic(template)?;
-                Ok(Self { prefix: template.into(), suffix: None })
+                Ok(Self {
+                    prefix: template.into(),
+                    suffix: None,
+                })
             }
         }
     }
@@ -47,13 +53,20 @@ pub fn check_topic(topic: &str) -> Result<(), String> {
         return Err("topic name is empty".into());
     }
     if topic.len() > 249 {
-        return Err(format!("topic name {topic:?} is longer than 249 characters"));
+        return Err(format!(
+            "topic name {topic:?} is longer than 249 characters"
+        ));
     }
     if topic == "." || topic == ".." {
         return Err(format!("topic name {topic:?} is not allowed"));
     }
-    if let Some(bad) = topic.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
-        return Err(format!("topic name {topic:?} contains {bad:?}; allowed are a-z A-Z 0-9 . _ -"));
+    if let Some(bad) = topic
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "topic name {topic:?} contains {bad:?}; allowed are a-z A-Z 0-9 . _ -"
+        ));
     }
     Ok(())
 }
@@ -107,7 +120,10 @@ pub struct Router {
 impl Router {
     /// A router for the configured template and header name.
     pub fn new(cfg: &RouteConfig) -> Result<Self, String> {
-        Ok(Self { template: TopicTemplate::parse(&cfg.topic)?, event_id_header: cfg.event_id_header.clone() })
+        Ok(Self {
+            template: TopicTemplate::parse(&cfg.topic)?,
+            event_id_header: cfg.event_id_header.clone(),
+        })
     }
 
     /// Routes every event of a transaction.
@@ -118,11 +134,18 @@ impl Router {
             .into_iter()
             .map(|e| self.record(e, commit))
             .collect::<Result<_, _>>()?;
-        Ok(Batch { end: txn.end, commit_time_ms: commit, records })
+        Ok(Batch {
+            end: txn.end,
+            commit_time_ms: commit,
+            records,
+        })
     }
 
     fn record(&self, e: OutboxEvent, commit_time_ms: i64) -> Result<Record, InvalidEvent> {
-        let topic = self.template.render(&e.route_value).map_err(|r| InvalidEvent::of(&e, r))?;
+        let topic = self
+            .template
+            .render(&e.route_value)
+            .map_err(|r| InvalidEvent::of(&e, r))?;
         let mut headers = vec![(self.event_id_header.clone(), e.id.0.clone())];
         if let Some(t) = e.event_type {
             headers.push(("type".to_string(), t));
@@ -133,7 +156,11 @@ impl Router {
             value: e.payload,
             headers,
             timestamp_ms: e.timestamp_ms.unwrap_or(commit_time_ms),
-            event: EventRef { table: e.table, position: e.position, id: e.id },
+            event: EventRef {
+                table: e.table,
+                position: e.position,
+                id: e.id,
+            },
         })
     }
 }
@@ -151,6 +178,9 @@ mod tests {
         let fixed = TopicTemplate::parse("all-events").unwrap();
         assert_eq!(fixed.render("anything").unwrap(), "all-events");
         assert!(TopicTemplate::parse("${routedByValue}.${routedByValue}").is_err());
-        assert!(TopicTemplate::parse("${routedByValue}").unwrap().render("").is_err());
+        assert!(TopicTemplate::parse("${routedByValue}")
+            .unwrap()
+            .render("")
+            .is_err());
     }
 }

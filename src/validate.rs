@@ -24,10 +24,20 @@ pub struct Finding {
 
 impl Finding {
     fn ok(check: &str, detail: impl Into<String>) -> Self {
-        Self { check: check.into(), ok: true, detail: detail.into(), fix: String::new() }
+        Self {
+            check: check.into(),
+            ok: true,
+            detail: detail.into(),
+            fix: String::new(),
+        }
     }
     fn fail(check: &str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
-        Self { check: check.into(), ok: false, detail: detail.into(), fix: fix.into() }
+        Self {
+            check: check.into(),
+            ok: false,
+            detail: detail.into(),
+            fix: fix.into(),
+        }
     }
 }
 
@@ -41,13 +51,22 @@ pub async fn validate(config: &Config) -> Vec<Finding> {
             "check source.host/port/user and the password variable or file",
         )),
         Ok(mut conn) => {
-            out.push(Finding::ok("source connection", format!("{}:{}", config.source.host, config.source.port)));
+            out.push(Finding::ok(
+                "source connection",
+                format!("{}:{}", config.source.host, config.source.port),
+            ));
             check_server(&mut conn, config, &mut out).await;
             let _ = conn.disconnect().await;
         }
     }
     match KafkaSink::check_reachable(&config.kafka, Duration::from_secs(10)).await {
-        Ok(n) => out.push(Finding::ok("kafka", format!("{} answered ({n} broker(s))", config.kafka.bootstrap_servers))),
+        Ok(n) => out.push(Finding::ok(
+            "kafka",
+            format!(
+                "{} answered ({n} broker(s))",
+                config.kafka.bootstrap_servers
+            ),
+        )),
         Err(e) => out.push(Finding::fail(
             "kafka",
             format!("{} did not answer: {e}", config.kafka.bootstrap_servers),
@@ -68,7 +87,11 @@ async fn check_server(conn: &mut mysql_async::Conn, config: &Config, out: &mut V
                 out.push(Finding::fail("binlog settings", p.what, p.fix));
             }
         }
-        Err(e) => out.push(Finding::fail("binlog settings", e.to_string(), "grant the user access to global variables")),
+        Err(e) => out.push(Finding::fail(
+            "binlog settings",
+            e.to_string(),
+            "grant the user access to global variables",
+        )),
     }
     match server::variable(conn, "server_id").await {
         Ok(Some(id)) if id == config.source.server_id.to_string() => out.push(Finding::fail(
@@ -76,14 +99,21 @@ async fn check_server(conn: &mut mysql_async::Conn, config: &Config, out: &mut V
             format!("source.server_id {id} equals the server's own server_id"),
             "pick a server_id no other server or replica in the topology uses",
         )),
-        Ok(_) => out.push(Finding::ok("server_id", format!("replica id {}", config.source.server_id))),
+        Ok(_) => out.push(Finding::ok(
+            "server_id",
+            format!("replica id {}", config.source.server_id),
+        )),
         Err(e) => out.push(Finding::fail("server_id", e.to_string(), "")),
     }
     check_grants(conn, out).await;
     for table in &config.outbox.tables {
         match TableName::parse(table) {
             Ok(t) => check_table(conn, config, &t, out).await,
-            Err(e) => out.push(Finding::fail("outbox table", e, "name tables as database.table")),
+            Err(e) => out.push(Finding::fail(
+                "outbox table",
+                e,
+                "name tables as database.table",
+            )),
         }
     }
 }
@@ -113,7 +143,12 @@ async fn check_grants(conn: &mut mysql_async::Conn, out: &mut Vec<Finding>) {
     }
 }
 
-async fn check_table(conn: &mut mysql_async::Conn, config: &Config, t: &TableName, out: &mut Vec<Finding>) {
+async fn check_table(
+    conn: &mut mysql_async::Conn,
+    config: &Config,
+    t: &TableName,
+    out: &mut Vec<Finding>,
+) {
     let check = format!("outbox table {t}");
     let cols: Vec<String> = match conn
         .exec(
@@ -145,7 +180,11 @@ async fn check_table(conn: &mut mysql_async::Conn, config: &Config, t: &TableNam
     } else {
         out.push(Finding::fail(
             &check,
-            format!("mapped column(s) {} not in the table (it has {})", missing.join(", "), cols.join(", ")),
+            format!(
+                "mapped column(s) {} not in the table (it has {})",
+                missing.join(", "),
+                cols.join(", ")
+            ),
             "fix [outbox.columns] in the config or add the columns",
         ));
     }

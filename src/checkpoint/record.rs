@@ -89,7 +89,10 @@ mod tests {
         for i in 0..good.len() * 8 {
             let mut bad = good.clone();
             bad[i / 8] ^= 1 << (i % 8);
-            assert!(Checkpoint::decode(&bad).is_err(), "bit {i} flip went unnoticed");
+            assert!(
+                Checkpoint::decode(&bad).is_err(),
+                "bit {i} flip went unnoticed"
+            );
         }
         assert!(Checkpoint::decode(&good[..good.len() - 1]).is_err());
     }

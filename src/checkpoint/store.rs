@@ -35,25 +35,37 @@ impl CheckpointStore {
             .path(dir)
             .mode(sled::Mode::LowSpace)
             .open()
-            .map_err(|source| CheckpointError::Open { dir: dir.to_path_buf(), source })?;
-        Ok(Self { db, dir: dir.to_path_buf() })
+            .map_err(|source| CheckpointError::Open {
+                dir: dir.to_path_buf(),
+                source,
+            })?;
+        Ok(Self {
+            db,
+            dir: dir.to_path_buf(),
+        })
     }
 
     /// The stored checkpoint, or `None` when none was ever written.
     pub fn load(&self) -> Result<Option<Checkpoint>, CheckpointError> {
-        let raw = self
-            .db
-            .get(KEY)
-            .map_err(|source| CheckpointError::Read { dir: self.dir.clone(), source })?;
+        let raw = self.db.get(KEY).map_err(|source| CheckpointError::Read {
+            dir: self.dir.clone(),
+            source,
+        })?;
         raw.map(|bytes| {
-            Checkpoint::decode(&bytes).map_err(|source| CheckpointError::Corrupt { dir: self.dir.clone(), source })
+            Checkpoint::decode(&bytes).map_err(|source| CheckpointError::Corrupt {
+                dir: self.dir.clone(),
+                source,
+            })
         })
         .transpose()
     }
 
     /// Stores a checkpoint and waits until it is on disk.
     pub fn save(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointError> {
-        let write = |source| CheckpointError::Write { dir: self.dir.clone(), source };
+        let write = |source| CheckpointError::Write {
+            dir: self.dir.clone(),
+            source,
+        };
         self.db.insert(KEY, checkpoint.encode()).map_err(write)?;
         self.db.flush().map_err(write)?;
         Ok(())
@@ -61,7 +73,10 @@ impl CheckpointStore {
 
     /// Removes the checkpoint: the next start uses `source.start`.
     pub fn reset(&self) -> Result<(), CheckpointError> {
-        let write = |source| CheckpointError::Write { dir: self.dir.clone(), source };
+        let write = |source| CheckpointError::Write {
+            dir: self.dir.clone(),
+            source,
+        };
         self.db.remove(KEY).map_err(write)?;
         self.db.flush().map_err(write)?;
         Ok(())

@@ -88,27 +88,40 @@ impl Mapper {
     /// Maps every insert of a transaction; updates and deletes are counted and ignored.
     pub fn map(&self, txn: Transaction) -> Result<MappedTransaction, InvalidEvent> {
         let mut events = Vec::with_capacity(txn.changes.len());
-        let (mut updates, mut deletes) = (0u64, 0u64);
+        // Ignored rows are reported once per transaction and table, not per row: cleanup
+        // jobs delete outbox rows by the million.
+        let mut ignored: Vec<(RowOp, std::sync::Arc<crate::source::TableName>, u64)> = Vec::new();
         for change in txn.changes {
             match change.op {
                 RowOp::Insert => events.push(self.map_row(&txn.end.file, change)?),
-                RowOp::Update => updates += 1,
-                RowOp::Delete => deletes += 1,
+                op => match ignored
+                    .iter_mut()
+                    .find(|(o, t, _)| *o == op && *t == change.table)
+                {
+                    Some((_, _, n)) => *n += 1,
+                    None => ignored.push((op, change.table, 1)),
+                },
             }
         }
-        for (op, n) in [(RowOp::Update, updates), (RowOp::Delete, deletes)] {
-            if n > 0 {
-                let total = self.counters.ignored(op, n);
-                warn!(
-                    op = %op, rows = n, total, transaction_end = %txn.end,
-                    "ignored {op} rows on an outbox table: the outbox is append-only, only INSERTs are published"
-                );
-            }
+        for (op, table, n) in ignored {
+            let total = self.counters.ignored(op, n);
+            warn!(
+                %table, op = %op, rows = n, total, transaction_end = %txn.end,
+                "ignored {op} rows on an outbox table: the outbox is append-only, only INSERTs are published"
+            );
         }
-        Ok(MappedTransaction { end: txn.end, commit_time_ms: txn.commit_time_ms, events })
+        Ok(MappedTransaction {
+            end: txn.end,
+            commit_time_ms: txn.commit_time_ms,
+            events,
+        })
     }
 
-    fn map_row(&self, file: &crate::source::BinlogFile, change: RowChange) -> Result<OutboxEvent, InvalidEvent> {
+    fn map_row(
+        &self,
+        file: &crate::source::BinlogFile,
+        change: RowChange,
+    ) -> Result<OutboxEvent, InvalidEvent> {
         let position = format!("{file}:{}", change.event_offset);
         let invalid = |event_id: Option<EventId>, reason: String| InvalidEvent {
             table: change.table.clone(),
@@ -117,33 +130,54 @@ impl Mapper {
             reason,
         };
         let Some(row) = change.row.as_ref() else {
-            return Err(invalid(None, "insert without an after image (binlog_row_image must be FULL)".into()));
+            return Err(invalid(
+                None,
+                "insert without an after image (binlog_row_image must be FULL)".into(),
+            ));
         };
         let c = &self.columns;
         let id = match column(row, &c.event_id) {
             Err(e) => return Err(invalid(None, e)),
             Ok(Some(id)) => EventId(id),
-            Ok(None) => return Err(invalid(None, format!("event id column {:?} is NULL", c.event_id))),
+            Ok(None) => {
+                return Err(invalid(
+                    None,
+                    format!("event id column {:?} is NULL", c.event_id),
+                ))
+            }
         };
         let invalid = |reason: String| invalid(Some(id.clone()), reason);
         let route_value = column(row, &c.aggregate_type)
             .map_err(&invalid)?
             .ok_or_else(|| invalid(format!("route column {:?} is NULL", c.aggregate_type)))?;
-        let route_value = String::from_utf8(route_value)
-            .map_err(|_| invalid(format!("route column {:?} is not valid UTF-8", c.aggregate_type)))?;
+        let route_value = String::from_utf8(route_value).map_err(|_| {
+            invalid(format!(
+                "route column {:?} is not valid UTF-8",
+                c.aggregate_type
+            ))
+        })?;
         let key = column(row, &c.aggregate_id)
             .map_err(&invalid)?
             .ok_or_else(|| invalid(format!("key column {:?} is NULL", c.aggregate_id)))?;
         let payload = column(row, &c.payload).map_err(&invalid)?;
         // The event type is optional: tables without the column simply get no header.
         let event_type = match find(row, &c.event_type) {
-            Some(i) => row.as_ref(i).map(value::to_bytes).transpose().map_err(&invalid)?.flatten(),
+            Some(i) => row
+                .as_ref(i)
+                .map(value::to_bytes)
+                .transpose()
+                .map_err(&invalid)?
+                .flatten(),
             None => None,
         };
         let timestamp_ms = match &c.timestamp {
             Some(name) => {
                 let i = find(row, name).ok_or_else(|| invalid(missing(row, name)))?;
-                row.as_ref(i).map(value::to_epoch_ms).transpose().map_err(&invalid)?.flatten()
+                row.as_ref(i)
+                    .map(value::to_epoch_ms)
+                    .transpose()
+                    .map_err(&invalid)?
+                    .flatten()
             }
             None => None,
         };
@@ -161,7 +195,9 @@ impl Mapper {
 }
 
 fn find(row: &BinlogRow, name: &str) -> Option<usize> {
-    row.columns_ref().iter().position(|c| c.name_ref() == name.as_bytes())
+    row.columns_ref()
+        .iter()
+        .position(|c| c.name_ref() == name.as_bytes())
 }
 
 fn missing(row: &BinlogRow, name: &str) -> String {
@@ -170,8 +206,15 @@ fn missing(row: &BinlogRow, name: &str) -> String {
             "column {name:?} cannot be found: the row carries no column names (set binlog_row_metadata=FULL)"
         );
     }
-    let have: Vec<_> = row.columns_ref().iter().map(|c| c.name_str().into_owned()).collect();
-    format!("mapped column {name:?} is missing (table has: {})", have.join(", "))
+    let have: Vec<_> = row
+        .columns_ref()
+        .iter()
+        .map(|c| c.name_str().into_owned())
+        .collect();
+    format!(
+        "mapped column {name:?} is missing (table has: {})",
+        have.join(", ")
+    )
 }
 
 /// A mapped, required column's bytes (None for NULL); missing column is an error.
@@ -179,6 +222,8 @@ fn column(row: &BinlogRow, name: &str) -> Result<Option<Vec<u8>>, String> {
     let i = find(row, name).ok_or_else(|| missing(row, name))?;
     match row.as_ref(i) {
         Some(v) => value::to_bytes(v),
-        None => Err(format!("column {name:?} is absent from the row image (binlog_row_image must be FULL)")),
+        None => Err(format!(
+            "column {name:?} is absent from the row image (binlog_row_image must be FULL)"
+        )),
     }
 }

@@ -7,4 +7,4 @@ mod mapping;
 mod value;
 
 pub use event::{EventId, InvalidEvent, OutboxEvent};
-pub use mapping::{ColumnMapping, Mapper, MappedTransaction};
+pub use mapping::{ColumnMapping, MappedTransaction, Mapper};

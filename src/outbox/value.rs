@@ -26,10 +26,13 @@ pub fn to_bytes(value: &BinlogValue<'_>) -> Result<Option<Vec<u8>>, String> {
         }
         BinlogValue::Jsonb(j) => {
             // MySQL's binary JSON; MariaDB stores JSON as text and never gets here.
-            let json = serde_json::Value::try_from(j.clone()).map_err(|e| format!("JSON column does not decode: {e}"))?;
+            let json = serde_json::Value::try_from(j.clone())
+                .map_err(|e| format!("JSON column does not decode: {e}"))?;
             json.to_string().into_bytes()
         }
-        BinlogValue::JsonDiff(_) => return Err("partial JSON update where a full value was expected".into()),
+        BinlogValue::JsonDiff(_) => {
+            return Err("partial JSON update where a full value was expected".into())
+        }
     }))
 }
 
@@ -38,13 +41,17 @@ pub fn to_epoch_ms(value: &BinlogValue<'_>) -> Result<Option<i64>, String> {
     match value {
         BinlogValue::Value(Value::NULL) => Ok(None),
         BinlogValue::Value(Value::Int(i)) => Ok(Some(*i)),
-        BinlogValue::Value(Value::UInt(u)) => i64::try_from(*u).map(Some).map_err(|_| "timestamp out of range".into()),
+        BinlogValue::Value(Value::UInt(u)) => i64::try_from(*u)
+            .map(Some)
+            .map_err(|_| "timestamp out of range".into()),
         BinlogValue::Value(Value::Date(y, mo, d, h, mi, s, us)) => {
             let days = days_from_civil(i64::from(*y), u32::from(*mo), u32::from(*d));
             let secs = days * 86_400 + i64::from(*h) * 3600 + i64::from(*mi) * 60 + i64::from(*s);
             Ok(Some(secs * 1000 + i64::from(*us) / 1000))
         }
-        other => Err(format!("timestamp column holds {other:?}, expected DATETIME, TIMESTAMP or epoch ms")),
+        other => Err(format!(
+            "timestamp column holds {other:?}, expected DATETIME, TIMESTAMP or epoch ms"
+        )),
     }
 }
 
@@ -67,12 +74,20 @@ mod tests {
     fn datetime_to_epoch_ms() {
         let v = BinlogValue::Value(Value::Date(2024, 2, 29, 12, 30, 1, 250_000));
         assert_eq!(to_epoch_ms(&v).unwrap(), Some(1_709_209_801_250));
-        assert_eq!(to_bytes(&v).unwrap().unwrap(), b"2024-02-29 12:30:01.250000");
+        assert_eq!(
+            to_bytes(&v).unwrap().unwrap(),
+            b"2024-02-29 12:30:01.250000"
+        );
     }
 
     #[test]
     fn numbers_and_null() {
-        assert_eq!(to_bytes(&BinlogValue::Value(Value::Int(-5))).unwrap().unwrap(), b"-5");
+        assert_eq!(
+            to_bytes(&BinlogValue::Value(Value::Int(-5)))
+                .unwrap()
+                .unwrap(),
+            b"-5"
+        );
         assert_eq!(to_bytes(&BinlogValue::Value(Value::NULL)).unwrap(), None);
     }
 }

@@ -50,10 +50,16 @@ impl KafkaSink {
     }
 
     /// Asks the cluster for metadata, to tell early whether it is reachable.
-    pub async fn check_reachable(cfg: &KafkaConfig, timeout: Duration) -> Result<usize, KafkaError> {
+    pub async fn check_reachable(
+        cfg: &KafkaConfig,
+        timeout: Duration,
+    ) -> Result<usize, KafkaError> {
         let producer: FutureProducer = client_config(cfg).create()?;
         tokio::task::spawn_blocking(move || {
-            producer.client().fetch_metadata(None, Timeout::After(timeout)).map(|m| m.brokers().len())
+            producer
+                .client()
+                .fetch_metadata(None, Timeout::After(timeout))
+                .map(|m| m.brokers().len())
         })
         .await
         .unwrap_or(Err(KafkaError::Canceled))
@@ -64,9 +70,15 @@ impl KafkaSink {
         for r in records {
             let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
             for (k, v) in &r.headers {
-                headers = headers.insert(Header { key: k, value: Some(v) });
+                headers = headers.insert(Header {
+                    key: k,
+                    value: Some(v),
+                });
             }
-            let mut record = FutureRecord::to(&r.topic).key(&r.key).headers(headers).timestamp(r.timestamp_ms);
+            let mut record = FutureRecord::to(&r.topic)
+                .key(&r.key)
+                .headers(headers)
+                .timestamp(r.timestamp_ms);
             if let Some(v) = &r.value {
                 record = record.payload(v);
             }
@@ -79,7 +91,11 @@ impl KafkaSink {
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
                     Err((error, _)) => {
-                        return Err(SinkError::Produce { event: Box::new(r.event.clone()), topic: r.topic.clone(), error })
+                        return Err(SinkError::Produce {
+                            event: Box::new(r.event.clone()),
+                            topic: r.topic.clone(),
+                            error,
+                        })
                     }
                 }
             };
@@ -90,7 +106,13 @@ impl KafkaSink {
             for (future, event, topic) in pending {
                 match future.await {
                     Ok(Ok(_)) => {}
-                    Ok(Err((error, _))) => return Err(SinkError::Delivery { event, topic, error }),
+                    Ok(Err((error, _))) => {
+                        return Err(SinkError::Delivery {
+                            event,
+                            topic,
+                            error,
+                        })
+                    }
                     Err(_) => return Err(SinkError::Canceled { event }),
                 }
             }

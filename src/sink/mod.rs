@@ -21,9 +21,17 @@ pub enum SinkError {
     #[error("cannot create the Kafka producer: {0}")]
     Create(KafkaError),
     #[error("Kafka rejected the record for event {} ({} at {}) to topic {topic}: {error}", event.id, event.table, event.position)]
-    Produce { event: Box<EventRef>, topic: String, error: KafkaError },
+    Produce {
+        event: Box<EventRef>,
+        topic: String,
+        error: KafkaError,
+    },
     #[error("Kafka did not acknowledge event {} ({} at {}) on topic {topic}: {error}", event.id, event.table, event.position)]
-    Delivery { event: Box<EventRef>, topic: String, error: KafkaError },
+    Delivery {
+        event: Box<EventRef>,
+        topic: String,
+        error: KafkaError,
+    },
     #[error("the producer was dropped before acknowledging event {}", event.id)]
     Canceled { event: Box<EventRef> },
     #[error("cannot write to stdout: {0}")]
@@ -35,7 +43,9 @@ impl SinkError {
     /// or the configuration is the problem.
     pub fn is_transient(&self) -> bool {
         match self {
-            SinkError::Produce { error, .. } | SinkError::Delivery { error, .. } => !is_permanent(error),
+            SinkError::Produce { error, .. } | SinkError::Delivery { error, .. } => {
+                !is_permanent(error)
+            }
             SinkError::Canceled { .. } => true,
             SinkError::Create(_) | SinkError::Stdout(_) => false,
         }

@@ -26,7 +26,11 @@ impl StdoutSink {
         let n = records.len();
         let mut out = std::io::stdout().lock();
         for r in records {
-            let headers: Map<String, Value> = r.headers.iter().map(|(k, v)| (k.clone(), bytes_json(v))).collect();
+            let headers: Map<String, Value> = r
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), bytes_json(v)))
+                .collect();
             let line = json!({
                 "topic": r.topic,
                 "key": bytes_json(&r.key),

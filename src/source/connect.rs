@@ -12,13 +12,24 @@ use super::Position;
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     #[error("cannot connect to {host}:{port} as {user}: {source}")]
-    Connect { host: String, port: u16, user: String, source: mysql_async::Error },
+    Connect {
+        host: String,
+        port: u16,
+        user: String,
+        source: mysql_async::Error,
+    },
     #[error("connecting to {host}:{port} timed out after {secs} s")]
     ConnectTimeout { host: String, port: u16, secs: u64 },
     #[error("query {query:?} failed: {source}")]
-    Query { query: &'static str, source: mysql_async::Error },
+    Query {
+        query: &'static str,
+        source: mysql_async::Error,
+    },
     #[error("binlog stream broke at {position}: {source}")]
-    Stream { position: String, source: mysql_async::Error },
+    Stream {
+        position: String,
+        source: mysql_async::Error,
+    },
     #[error("binlog stream ended by the server at {position}")]
     StreamEnded { position: String },
     #[error("no binlog event for {secs} s at {position} although heartbeats were requested: connection presumed dead")]
@@ -41,12 +52,17 @@ impl SourceError {
             SourceError::ConnectTimeout { .. }
             | SourceError::StreamEnded { .. }
             | SourceError::ReadTimeout { .. } => true,
-            SourceError::Decode { .. } | SourceError::Unexpected(_) | SourceError::Config(_) => false,
+            SourceError::Decode { .. } | SourceError::Unexpected(_) | SourceError::Config(_) => {
+                false
+            }
         }
     }
 
     pub(crate) fn stream(position: &Position, source: mysql_async::Error) -> Self {
-        SourceError::Stream { position: position.to_string(), source }
+        SourceError::Stream {
+            position: position.to_string(),
+            source,
+        }
     }
 }
 
@@ -75,6 +91,10 @@ pub async fn connect(cfg: &SourceConfig) -> Result<Conn, SourceError> {
             user: cfg.user.clone(),
             source,
         }),
-        Err(_) => Err(SourceError::ConnectTimeout { host: cfg.host.clone(), port: cfg.port, secs }),
+        Err(_) => Err(SourceError::ConnectTimeout {
+            host: cfg.host.clone(),
+            port: cfg.port,
+            secs,
+        }),
     }
 }

@@ -29,7 +29,11 @@ pub fn parse_gtid(data: &[u8], server_id: u32) -> Option<GtidEvent> {
     let domain = u32::from_le_bytes(data.get(8..12)?.try_into().ok()?);
     let flags = *data.get(12)?;
     Some(GtidEvent {
-        gtid: MariaGtid { domain, server_id, seq },
+        gtid: MariaGtid {
+            domain,
+            server_id,
+            seq,
+        },
         standalone: flags & FL_STANDALONE != 0,
     })
 }

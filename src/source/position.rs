@@ -37,7 +37,9 @@ impl BinlogFile {
         let bad = || PositionError::BadFile(name.clone());
         if name.is_empty()
             || name.len() > 255
-            || name.chars().any(|c| c.is_whitespace() || c.is_control() || c == ':')
+            || name
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || c == ':')
         {
             return Err(bad());
         }
@@ -53,7 +55,10 @@ impl BinlogFile {
 
     /// The base name without the numeric suffix, e.g. `mysql-bin`.
     pub fn base(&self) -> &str {
-        self.name.rsplit_once('.').map(|(b, _)| b).unwrap_or(&self.name)
+        self.name
+            .rsplit_once('.')
+            .map(|(b, _)| b)
+            .unwrap_or(&self.name)
     }
 
     /// The numeric suffix, e.g. 3 for `mysql-bin.000003`.
@@ -114,7 +119,11 @@ impl FromStr for MariaGtid {
         let domain = next()?.parse().map_err(|_| bad())?;
         let server_id = next()?.parse().map_err(|_| bad())?;
         let seq = next()?.parse().map_err(|_| bad())?;
-        Ok(Self { domain, server_id, seq })
+        Ok(Self {
+            domain,
+            server_id,
+            seq,
+        })
     }
 }
 
@@ -198,7 +207,11 @@ impl Position {
         if offset < 4 {
             return Err(PositionError::OffsetTooSmall(offset));
         }
-        Ok(Self { file, offset, gtid: GtidState::default() })
+        Ok(Self {
+            file,
+            offset,
+            gtid: GtidState::default(),
+        })
     }
 
     /// `file:offset` without the GTID part, for compact log lines.
@@ -244,7 +257,9 @@ impl FromStr for Position {
         let (file, offset) = file_pos
             .rsplit_once(':')
             .ok_or_else(|| PositionError::BadPosition(s.to_string()))?;
-        let offset = offset.parse().map_err(|_| PositionError::BadPosition(s.to_string()))?;
+        let offset = offset
+            .parse()
+            .map_err(|_| PositionError::BadPosition(s.to_string()))?;
         let mut pos = Position::new(BinlogFile::new(file)?, offset)?;
         pos.gtid = gtid;
         Ok(pos)
@@ -257,7 +272,10 @@ mod tests {
 
     #[test]
     fn round_trips_with_and_without_gtid() {
-        for text in ["mysql-bin.000003:154", "mysql-bin.000003:154 gtid=0-1-42,1-2-7"] {
+        for text in [
+            "mysql-bin.000003:154",
+            "mysql-bin.000003:154 gtid=0-1-42,1-2-7",
+        ] {
             let p: Position = text.parse().unwrap();
             assert_eq!(p.to_string(), text);
         }

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use mysql_async::binlog::EventType;
 use mysql_async::binlog::events::{Event, EventData, RowsEventData};
+use mysql_async::binlog::EventType;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
 
@@ -57,7 +57,10 @@ impl BinlogReader {
         let period_ns = heartbeat.as_nanos().min(u64::MAX as u128) as u64;
         conn.query_drop(format!("SET @master_heartbeat_period={period_ns}"))
             .await
-            .map_err(|source| SourceError::Query { query: "SET @master_heartbeat_period", source })?;
+            .map_err(|source| SourceError::Query {
+                query: "SET @master_heartbeat_period",
+                source,
+            })?;
         let request = BinlogStreamRequest::new(server_id)
             .with_filename(start.file.name().as_bytes())
             .with_pos(start.offset);
@@ -97,7 +100,11 @@ impl BinlogReader {
                         secs: self.read_timeout.as_secs(),
                     })
                 }
-                Ok(None) => return Err(SourceError::StreamEnded { position: self.at.to_string() }),
+                Ok(None) => {
+                    return Err(SourceError::StreamEnded {
+                        position: self.at.to_string(),
+                    })
+                }
                 Ok(Some(Err(e))) => return Err(SourceError::stream(&self.at, e)),
                 Ok(Some(Ok(event))) => event,
             };
@@ -146,12 +153,16 @@ impl BinlogReader {
         let Ok(event_type) = header.event_type() else {
             // An event type neither library nor router knows: it may carry rows, so
             // skipping it could lose data.
-            return Err(self.decode_error(event_end, format!("unknown binlog event type {raw_type}")));
+            return Err(
+                self.decode_error(event_end, format!("unknown binlog event type {raw_type}"))
+            );
         };
         match event_type {
             EventType::ROTATE_EVENT => self.rotate(&event, header.log_pos())?,
             EventType::FORMAT_DESCRIPTION_EVENT => self.seen_format_description = true,
-            EventType::GTID_EVENT | EventType::ANONYMOUS_GTID_EVENT | EventType::GTID_TAGGED_LOG_EVENT => {
+            EventType::GTID_EVENT
+            | EventType::ANONYMOUS_GTID_EVENT
+            | EventType::GTID_TAGGED_LOG_EVENT => {
                 // MySQL GTID sets are not tracked yet; the file position is authoritative.
                 self.begin();
             }
@@ -160,7 +171,10 @@ impl BinlogReader {
                 let Some(EventData::TableMapEvent(tme)) = self.read(&event, event_end)? else {
                     return Err(self.decode_error(event_end, "TABLE_MAP event did not decode"));
                 };
-                let key = (tme.database_name().into_owned(), tme.table_name().into_owned());
+                let key = (
+                    tme.database_name().into_owned(),
+                    tme.table_name().into_owned(),
+                );
                 let watched = self.watched.get(&key).cloned();
                 self.table_ids.insert(tme.table_id(), watched);
             }
@@ -197,7 +211,10 @@ impl BinlogReader {
             EventType::PRE_GA_WRITE_ROWS_EVENT
             | EventType::PRE_GA_UPDATE_ROWS_EVENT
             | EventType::PRE_GA_DELETE_ROWS_EVENT => {
-                return Err(self.decode_error(event_end, "pre-GA rows events (MySQL 5.1.0-5.1.15) are not supported"));
+                return Err(self.decode_error(
+                    event_end,
+                    "pre-GA rows events (MySQL 5.1.0-5.1.15) are not supported",
+                ));
             }
             // Heartbeats, stop, intvar, rand, user var, previous GTIDs, rows query,
             // incident and friends carry no rows.
@@ -206,8 +223,14 @@ impl BinlogReader {
         Ok(None)
     }
 
-    fn read<'e>(&self, event: &'e Event, event_end: u64) -> Result<Option<EventData<'e>>, SourceError> {
-        event.read_data().map_err(|e| self.decode_error(event_end, e))
+    fn read<'e>(
+        &self,
+        event: &'e Event,
+        event_end: u64,
+    ) -> Result<Option<EventData<'e>>, SourceError> {
+        event
+            .read_data()
+            .map_err(|e| self.decode_error(event_end, e))
     }
 
     fn begin(&mut self) {
@@ -256,25 +279,31 @@ impl BinlogReader {
             None => {
                 return Err(self.decode_error(
                     event_end,
-                    format!("rows event for table id {} without a preceding TABLE_MAP", rows.table_id()),
+                    format!(
+                        "rows event for table id {} without a preceding TABLE_MAP",
+                        rows.table_id()
+                    ),
                 ))
             }
         };
         let op = match rows {
             RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_) => RowOp::Insert,
-            RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_) => RowOp::Delete,
+            RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_) => {
+                RowOp::Delete
+            }
             _ => RowOp::Update,
         };
         let tme = self.stream.get_tme(rows.table_id()).ok_or_else(|| {
-            self.decode_error(event_end, format!("no table map cached for table id {}", rows.table_id()))
+            self.decode_error(
+                event_end,
+                format!("no table map cached for table id {}", rows.table_id()),
+            )
         })?;
         let mut decoded = Vec::new();
         for row in rows.rows(tme) {
-            let (_before, after) = row.map_err(|e| {
-                SourceError::Decode {
-                    position: format!("{}:{}", self.at.file, event_end),
-                    reason: format!("row of {table}: {e}"),
-                }
+            let (_before, after) = row.map_err(|e| SourceError::Decode {
+                position: format!("{}:{}", self.at.file, event_end),
+                reason: format!("row of {table}: {e}"),
             })?;
             decoded.push(RowChange {
                 table: table.clone(),
@@ -289,5 +318,7 @@ impl BinlogReader {
 }
 
 async fn exec(conn: &mut Conn, sql: &'static str) -> Result<(), SourceError> {
-    conn.query_drop(sql).await.map_err(|source| SourceError::Query { query: sql, source })
+    conn.query_drop(sql)
+        .await
+        .map_err(|source| SourceError::Query { query: sql, source })
 }

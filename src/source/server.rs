@@ -34,7 +34,9 @@ async fn query<T: mysql_async::prelude::FromRow + Send + 'static>(
     conn: &mut Conn,
     sql: &'static str,
 ) -> Result<Vec<T>, SourceError> {
-    conn.query(sql).await.map_err(|source| SourceError::Query { query: sql, source })
+    conn.query(sql)
+        .await
+        .map_err(|source| SourceError::Query { query: sql, source })
 }
 
 /// Reads a global variable as text (None when the server does not have it).
@@ -61,7 +63,11 @@ pub async fn variable(conn: &mut Conn, name: &'static str) -> Result<Option<Stri
 /// Tells MariaDB from MySQL by the version string.
 pub async fn flavor(conn: &mut Conn) -> Result<Flavor, SourceError> {
     let version = variable(conn, "version").await?.unwrap_or_default();
-    Ok(if version.to_ascii_lowercase().contains("mariadb") { Flavor::MariaDb } else { Flavor::MySql })
+    Ok(if version.to_ascii_lowercase().contains("mariadb") {
+        Flavor::MariaDb
+    } else {
+        Flavor::MySql
+    })
 }
 
 /// The server's current end of binlog, with GTID state on MariaDB.
@@ -85,8 +91,12 @@ pub async fn current_position(conn: &mut Conn, flavor: Flavor) -> Result<Positio
     let row = rows.into_iter().next().ok_or_else(|| {
         SourceError::Unexpected("SHOW MASTER STATUS returned nothing: is log_bin on?".into())
     })?;
-    let file: String = row.get(0).ok_or_else(|| SourceError::Unexpected("no File column".into()))?;
-    let offset: u64 = row.get(1).ok_or_else(|| SourceError::Unexpected("no Position column".into()))?;
+    let file: String = row
+        .get(0)
+        .ok_or_else(|| SourceError::Unexpected("no File column".into()))?;
+    let offset: u64 = row
+        .get(1)
+        .ok_or_else(|| SourceError::Unexpected("no Position column".into()))?;
     let mut pos = Position::new(
         BinlogFile::new(file).map_err(|e| SourceError::Unexpected(e.to_string()))?,
         offset,
@@ -120,11 +130,9 @@ pub async fn binary_logs(conn: &mut Conn) -> Result<Vec<BinlogFileInfo>, SourceE
 
 /// The oldest position the server can still stream from.
 pub async fn earliest_position(conn: &mut Conn) -> Result<Position, SourceError> {
-    let first = binary_logs(conn)
-        .await?
-        .into_iter()
-        .next()
-        .ok_or_else(|| SourceError::Unexpected("SHOW BINARY LOGS is empty: is log_bin on?".into()))?;
+    let first = binary_logs(conn).await?.into_iter().next().ok_or_else(|| {
+        SourceError::Unexpected("SHOW BINARY LOGS is empty: is log_bin on?".into())
+    })?;
     Position::new(first.file, 4).map_err(|e| SourceError::Unexpected(e.to_string()))
 }
 
@@ -132,7 +140,9 @@ pub async fn earliest_position(conn: &mut Conn) -> Result<Position, SourceError>
 pub async fn settings_problems(conn: &mut Conn) -> Result<Vec<Problem>, SourceError> {
     let mut problems = Vec::new();
     let mut expect = |name: &str, actual: Option<String>, want: &[&str], fix: &str| {
-        let ok = actual.as_deref().is_some_and(|a| want.iter().any(|w| a.eq_ignore_ascii_case(w)));
+        let ok = actual
+            .as_deref()
+            .is_some_and(|a| want.iter().any(|w| a.eq_ignore_ascii_case(w)));
         if !ok {
             problems.push(Problem {
                 what: format!(

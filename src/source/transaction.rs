@@ -20,10 +20,13 @@ impl TableName {
     /// Parses `database.table`.
     pub fn parse(s: &str) -> Result<Self, String> {
         match s.split_once('.') {
-            Some((d, t)) if !d.is_empty() && !t.is_empty() && !t.contains('.') => {
-                Ok(Self { database: d.to_string(), table: t.to_string() })
-            }
-            _ => Err(format!("{s:?} is not a table name of the form database.table")),
+            Some((d, t)) if !d.is_empty() && !t.is_empty() && !t.contains('.') => Ok(Self {
+                database: d.to_string(),
+                table: t.to_string(),
+            }),
+            _ => Err(format!(
+                "{s:?} is not a table name of the form database.table"
+            )),
         }
     }
 }

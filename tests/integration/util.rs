@@ -1,0 +1,445 @@
+//! Shared helpers: the local MariaDB and Kafka (started by `scripts/services`), a router
+//! process per test, and a Kafka reader that counts what arrived.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, OptsBuilder};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::RwLock;
+
+/// Tests that change global server settings take this for writing; all others for reading.
+pub static SERVER_SETTINGS: RwLock<()> = RwLock::const_new(());
+
+pub fn mariadb_port() -> u16 {
+    std::env::var("OUTBOX_MARIADB_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(3307)
+}
+
+pub fn kafka_bootstrap() -> String {
+    let port = std::env::var("OUTBOX_KAFKA_PORT").unwrap_or_else(|_| "9092".into());
+    format!("127.0.0.1:{port}")
+}
+
+/// A name unique to this test run, for databases, topics and server ids.
+pub fn unique(name: &str) -> (String, u32) {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let tag = (nanos / 1000 + std::process::id() * 7 + n * 104_729) % 1_000_000;
+    (format!("{name}_{tag}"), 100_000 + tag)
+}
+
+/// A connection as the `app` user, who may write and change global settings.
+pub async fn app_conn() -> Conn {
+    let opts = OptsBuilder::default()
+        .ip_or_hostname("127.0.0.1")
+        .tcp_port(mariadb_port())
+        .user(Some("app"))
+        .pass(Some("app-secret"))
+        .prefer_socket(false);
+    Conn::new(opts)
+        .await
+        .expect("connect to the local MariaDB as app (is scripts/services up?)")
+}
+
+/// The server's current binlog position, `FILE:OFFSET`.
+pub async fn binlog_position(conn: &mut Conn) -> (String, u64) {
+    let r: mysql_async::Row = conn
+        .query_first("SHOW MASTER STATUS")
+        .await
+        .unwrap()
+        .expect("log_bin is on");
+    (r.get(0).unwrap(), r.get(1).unwrap())
+}
+
+/// A fresh database with an outbox table in the seeds' shape.
+pub async fn outbox_db(conn: &mut Conn, db: &str) {
+    conn.query_drop(format!("DROP DATABASE IF EXISTS {db}"))
+        .await
+        .unwrap();
+    conn.query_drop(format!("CREATE DATABASE {db}"))
+        .await
+        .unwrap();
+    conn.query_drop(format!(
+        "CREATE TABLE {db}.outbox (
+            event_id VARCHAR(64) PRIMARY KEY,
+            aggregate_type VARCHAR(64) NULL,
+            aggregate_id VARCHAR(64) NULL,
+            event_type VARCHAR(64) NOT NULL,
+            payload LONGTEXT NOT NULL,
+            created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+        )"
+    ))
+    .await
+    .unwrap();
+}
+
+/// One outbox row to insert.
+#[derive(Clone, Debug)]
+pub struct Ev {
+    pub id: String,
+    pub agg_type: String,
+    pub agg_id: String,
+    pub payload: String,
+}
+
+impl Ev {
+    pub fn new(
+        id: impl Into<String>,
+        agg_type: &str,
+        agg_id: &str,
+        payload: impl Into<String>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            agg_type: agg_type.into(),
+            agg_id: agg_id.into(),
+            payload: payload.into(),
+        }
+    }
+}
+
+/// Inserts events in one transaction, as one multi-row INSERT.
+pub async fn insert_txn(conn: &mut Conn, db: &str, events: &[Ev]) {
+    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    let placeholders = vec!["(?,?,?,?,?)"; events.len()].join(",");
+    let params: Vec<mysql_async::Value> = events
+        .iter()
+        .flat_map(|e| {
+            [
+                e.id.clone().into(),
+                e.agg_type.clone().into(),
+                e.agg_id.clone().into(),
+                format!("{}Happened", e.agg_type).into(),
+                e.payload.clone().into(),
+            ]
+        })
+        .collect();
+    tx.exec_drop(
+        format!("INSERT INTO {db}.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES {placeholders}"),
+        params,
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+}
+
+/// Settings of one test's router.
+pub struct RouterSetup {
+    pub dir: tempfile::TempDir,
+    pub db: String,
+    pub topic_prefix: String,
+    pub server_id: u32,
+    pub start: String,
+    pub flush_interval_ms: u64,
+    pub extra_tables: Vec<String>,
+}
+
+impl RouterSetup {
+    pub fn new(db: &str, server_id: u32, start: (String, u64)) -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            db: db.to_string(),
+            topic_prefix: format!("it.{db}"),
+            server_id,
+            start: format!("{}:{}", start.0, start.1),
+            flush_interval_ms: 200,
+            extra_tables: Vec::new(),
+        }
+    }
+
+    pub fn topic(&self, agg_type: &str) -> String {
+        format!("{}.{agg_type}", self.topic_prefix)
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        let path = self.dir.path().join("router.toml");
+        let mut tables = vec![format!("\"{}.outbox\"", self.db)];
+        tables.extend(self.extra_tables.iter().map(|t| format!("\"{t}\"")));
+        let text = format!(
+            r#"
+[source]
+host = "127.0.0.1"
+port = {port}
+user = "cdc"
+password_env = "IT_CDC_PASSWORD"
+server_id = {server_id}
+start = "{start}"
+heartbeat_secs = 1
+
+[outbox]
+tables = [{tables}]
+
+[outbox.columns]
+event_id = "event_id"
+aggregate_type = "aggregate_type"
+aggregate_id = "aggregate_id"
+event_type = "event_type"
+payload = "payload"
+
+[route]
+topic = "{prefix}.${{routedByValue}}"
+
+[kafka]
+bootstrap_servers = "{bootstrap}"
+[kafka.properties]
+"message.max.bytes" = "8000000"
+
+[checkpoint]
+dir = "{cp}"
+flush_interval_ms = {flush}
+
+[pipeline]
+max_in_flight = 5000
+shutdown_timeout_secs = 20
+"#,
+            port = mariadb_port(),
+            server_id = self.server_id,
+            start = self.start,
+            tables = tables.join(", "),
+            prefix = self.topic_prefix,
+            bootstrap = kafka_bootstrap(),
+            cp = self.dir.path().join("checkpoint").display(),
+            flush = self.flush_interval_ms,
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// Runs a CLI command of the router to completion.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_outbox-router"))
+            .arg("--config")
+            .arg(self.config_path())
+            .args(args)
+            .env("IT_CDC_PASSWORD", "cdc-secret")
+            .output()
+            .unwrap()
+    }
+
+    /// The stored checkpoint's `FILE:OFFSET`.
+    pub fn checkpoint(&self) -> Option<(String, u64)> {
+        let out = self.cli(&["checkpoint", "show", "--json"]);
+        assert!(
+            out.status.success(),
+            "checkpoint show failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if v.is_null() {
+            return None;
+        }
+        let p = &v["position"];
+        Some((
+            p["file"].as_str().unwrap().to_string(),
+            p["offset"].as_u64().unwrap(),
+        ))
+    }
+
+    pub fn start_router(&self) -> RouterProcess {
+        let log = self.dir.path().join(format!(
+            "router-{}.log",
+            Instant::now().elapsed().as_nanos()
+        ));
+        let child = Command::new(env!("CARGO_BIN_EXE_outbox-router"))
+            .arg("--config")
+            .arg(self.config_path())
+            .arg("run")
+            .env("IT_CDC_PASSWORD", "cdc-secret")
+            .env("OUTBOX_ROUTER_LOG", "info,outbox_router=debug,rdkafka=warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        RouterProcess {
+            child: Some(child),
+            log,
+        }
+    }
+}
+
+/// A running router; killed when dropped.
+pub struct RouterProcess {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl RouterProcess {
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().unwrap().id().to_string();
+        Command::new("kill").args([sig, &pid]).status().unwrap();
+    }
+
+    /// SIGTERM, then wait for exit.
+    pub fn stop(&mut self, timeout: Duration) -> ExitStatus {
+        self.signal("-TERM");
+        self.wait(timeout)
+            .expect("router did not stop after SIGTERM")
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub fn kill9(&mut self) {
+        self.signal("-KILL");
+        self.wait(Duration::from_secs(10))
+            .expect("router survived SIGKILL");
+    }
+
+    /// Waits for the process to exit by itself.
+    pub fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for RouterProcess {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A message as read back from Kafka.
+#[derive(Clone, Debug)]
+pub struct Msg {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Vec<u8>,
+    pub payload: Option<Vec<u8>>,
+    pub headers: HashMap<String, Vec<u8>>,
+}
+
+impl Msg {
+    pub fn id(&self) -> String {
+        String::from_utf8(self.headers.get("id").cloned().unwrap_or_default()).unwrap()
+    }
+}
+
+fn consumer() -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .set("group.id", "outbox-router-tests")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("fetch.message.max.bytes", "16000000")
+        .create()
+        .unwrap()
+}
+
+/// Total messages now in the topics (0 for topics that do not exist yet).
+pub fn count(topics: &[String]) -> i64 {
+    let c = consumer();
+    let mut total = 0;
+    for t in topics {
+        let Ok(md) = c.fetch_metadata(Some(t), Duration::from_secs(5)) else {
+            continue;
+        };
+        for topic in md.topics() {
+            if topic.error().is_some() {
+                continue;
+            }
+            for p in topic.partitions() {
+                if let Ok((lo, hi)) = c.fetch_watermarks(t, p.id(), Duration::from_secs(5)) {
+                    total += hi - lo;
+                }
+            }
+        }
+    }
+    total
+}
+
+/// Waits until the topics hold at least `n` messages; returns the count seen.
+pub fn wait_for_count(topics: &[String], n: i64, timeout: Duration) -> i64 {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let c = count(topics);
+        if c >= n || Instant::now() > deadline {
+            return c;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Reads every message currently in the topics, in offset order per partition.
+pub fn read_all(topics: &[String]) -> Vec<Msg> {
+    let c = consumer();
+    let mut tpl = TopicPartitionList::new();
+    let mut remaining: HashMap<(String, i32), i64> = HashMap::new();
+    for t in topics {
+        let Ok(md) = c.fetch_metadata(Some(t), Duration::from_secs(5)) else {
+            continue;
+        };
+        for topic in md.topics().iter().filter(|t| t.error().is_none()) {
+            for p in topic.partitions() {
+                let (lo, hi) = c
+                    .fetch_watermarks(t, p.id(), Duration::from_secs(5))
+                    .unwrap();
+                if hi > lo {
+                    tpl.add_partition_offset(t, p.id(), Offset::Offset(lo))
+                        .unwrap();
+                    remaining.insert((t.clone(), p.id()), hi);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if remaining.is_empty() {
+        return out;
+    }
+    c.assign(&tpl).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !remaining.is_empty() && Instant::now() < deadline {
+        let Some(m) = c.poll(Duration::from_millis(500)) else {
+            continue;
+        };
+        let m = m.expect("kafka read");
+        let key = (m.topic().to_string(), m.partition());
+        let mut headers = HashMap::new();
+        if let Some(h) = m.headers() {
+            for hd in h.iter() {
+                headers.insert(hd.key.to_string(), hd.value.unwrap_or_default().to_vec());
+            }
+        }
+        out.push(Msg {
+            topic: m.topic().to_string(),
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key().unwrap_or_default().to_vec(),
+            payload: m.payload().map(<[u8]>::to_vec),
+            headers,
+        });
+        if remaining.get(&key).is_some_and(|hi| m.offset() + 1 >= *hi) {
+            remaining.remove(&key);
+        }
+    }
+    assert!(
+        remaining.is_empty(),
+        "could not read partitions {remaining:?} to their end"
+    );
+    out
+}
