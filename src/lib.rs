@@ -21,6 +21,7 @@ pub mod config;
 pub mod monitor;
 pub mod outbox;
 pub mod pipeline;
+pub mod recover;
 pub mod route;
 pub mod sink;
 pub mod source;

@@ -1,7 +1,8 @@
 //! The `outbox-router` command line. Library code does the work; this file parses
 //! arguments, sets up logging and signals, and turns errors into exit codes.
 //!
-//! Exit codes: 0 success, 1 error (the message says what and where), 2 usage error.
+//! Exit codes: 0 success, 1 error (the message says what and where), 2 usage error,
+//! 3 the checkpoint's binlog was purged (run `recover`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,7 +15,11 @@ use tracing::info;
 use outbox_router::checkpoint::{Checkpoint, CheckpointStore};
 use outbox_router::config::Config;
 use outbox_router::monitor::Counters;
-use outbox_router::pipeline::{self, SinkKind};
+use outbox_router::pipeline::{self, PipelineError, SinkKind};
+use outbox_router::recover::{recover, RecoverOptions};
+
+/// Exit code when the checkpoint's binlog file is gone from the server.
+const EXIT_PURGED: u8 = 3;
 use outbox_router::source::Position;
 
 #[derive(Parser)]
@@ -56,6 +61,20 @@ enum Command {
     },
     /// Check server settings, privileges, outbox columns and Kafka; exit 1 on any problem.
     Validate,
+    /// After a purge (exit code 3): re-publish outbox rows that may have committed after
+    /// the checkpoint, with their original event ids, and move the checkpoint to now.
+    Recover {
+        /// DATETIME/TIMESTAMP column saying when a row was written
+        /// [default: outbox.columns.timestamp, else created_at].
+        #[arg(long)]
+        timestamp_column: Option<String>,
+        /// Seconds of slack before the checkpoint's commit time.
+        #[arg(long, default_value_t = 600)]
+        margin_secs: u64,
+        /// Re-publish rows written from this unix time on, instead of checkpoint − margin.
+        #[arg(long)]
+        since: Option<i64>,
+    },
     /// Inspect or change the stored checkpoint (stop the router first).
     Checkpoint {
         #[command(subcommand)]
@@ -104,7 +123,15 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("outbox-router: error: {e:#}");
-            ExitCode::FAILURE
+            let purged = e.chain().any(|c| {
+                c.downcast_ref::<PipelineError>()
+                    .is_some_and(PipelineError::is_purged)
+            });
+            if purged {
+                ExitCode::from(EXIT_PURGED)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -128,6 +155,29 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Run { sink } => run(&config, sink).await,
         Command::Validate => validate(&config).await,
+        Command::Recover {
+            timestamp_column,
+            margin_secs,
+            since,
+        } => {
+            let opts = RecoverOptions {
+                timestamp_column: timestamp_column
+                    .or_else(|| config.outbox.columns.timestamp.clone())
+                    .unwrap_or_else(|| "created_at".into()),
+                margin: std::time::Duration::from_secs(margin_secs),
+                since_secs: since,
+            };
+            let report = recover(&config, &opts).await?;
+            println!(
+                "re-published {} event(s) written since unix time {} (original event ids kept)",
+                report.events, report.since_secs
+            );
+            println!(
+                "checkpoint set to {}; start the router again to resume streaming",
+                report.checkpoint
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Checkpoint { action } => checkpoint(&config, action),
     }
 }

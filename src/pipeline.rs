@@ -8,7 +8,7 @@
 //! complete in any order; an ordered queue releases them in commit order, so the
 //! checkpoint only ever covers a contiguous prefix of acknowledged transactions.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use futures::stream::FuturesOrdered;
 use futures::StreamExt;
@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::checkpoint::{Checkpoint, CheckpointError, CheckpointStore};
+use crate::checkpoint::{now_ms, Checkpoint, CheckpointError, CheckpointStore};
 use crate::config::{Config, StartFrom};
 use crate::monitor::Counters;
 use crate::outbox::{InvalidEvent, Mapper};
@@ -56,6 +56,11 @@ pub enum PipelineError {
 }
 
 impl PipelineError {
+    /// True when the needed binlog is gone from the server (exit code 3).
+    pub fn is_purged(&self) -> bool {
+        matches!(self, PipelineError::Source(SourceError::Purged { .. }))
+    }
+
     /// True when restarting from the checkpoint may succeed.
     pub fn is_transient(&self) -> bool {
         match self {
@@ -64,13 +69,6 @@ impl PipelineError {
             _ => false,
         }
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Runs until `shutdown` fires (Ok) or a non-transient error (Err), restarting from the
@@ -152,6 +150,7 @@ async fn run_once(
         return Err(PipelineError::Settings(text.join("\n  ")));
     }
     let start = start_position(config, store, &mut conn, flavor).await?;
+    server::ensure_available(&mut conn, &start).await?;
     let tables: Vec<TableName> = config
         .outbox
         .tables
@@ -338,11 +337,7 @@ impl<'a> Acker<'a> {
         if self.watermark == self.saved || (!force && self.last_save.elapsed() < self.interval) {
             return Ok(());
         }
-        let cp = Checkpoint {
-            position: self.watermark.clone(),
-            commit_time_ms: self.watermark_commit_ms,
-            written_at_ms: now_ms(),
-        };
+        let cp = Checkpoint::new(self.watermark.clone(), self.watermark_commit_ms);
         self.store.save(&cp)?;
         self.counters.checkpoint_written();
         self.saved = self.watermark.clone();

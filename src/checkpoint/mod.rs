@@ -4,5 +4,5 @@
 mod record;
 mod store;
 
-pub use record::{Checkpoint, RecordError};
+pub use record::{now_ms, Checkpoint, RecordError};
 pub use store::{CheckpointError, CheckpointStore};

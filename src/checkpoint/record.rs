@@ -4,6 +4,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::source::Position;
 
+/// Milliseconds since the epoch, now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
 const MAGIC: &[u8; 3] = b"ORC";
 const VERSION: u8 = 1;
 
@@ -34,6 +42,15 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
+    /// A checkpoint at `position`, written now.
+    pub fn new(position: Position, commit_time_ms: i64) -> Self {
+        Self {
+            position,
+            commit_time_ms,
+            written_at_ms: now_ms(),
+        }
+    }
+
     /// Encodes as magic, version, JSON body, CRC32 of everything before it.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(128);

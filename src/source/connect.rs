@@ -36,6 +36,8 @@ pub enum SourceError {
     ReadTimeout { position: String, secs: u64 },
     #[error("cannot decode binlog event at {position}: {reason}")]
     Decode { position: String, reason: String },
+    #[error("binlog position {needed} is no longer on the server (oldest binlog it has: {oldest}); the events after it were purged before the router read them.\n  Recover them from the outbox table, keeping their event ids: outbox-router -c CONFIG recover\n  (then start the router again). Never jump the checkpoint forward by hand: that skips events.")]
+    Purged { needed: String, oldest: String },
     #[error("server answered unexpectedly: {0}")]
     Unexpected(String),
     #[error(transparent)]
@@ -52,9 +54,10 @@ impl SourceError {
             SourceError::ConnectTimeout { .. }
             | SourceError::StreamEnded { .. }
             | SourceError::ReadTimeout { .. } => true,
-            SourceError::Decode { .. } | SourceError::Unexpected(_) | SourceError::Config(_) => {
-                false
-            }
+            SourceError::Decode { .. }
+            | SourceError::Purged { .. }
+            | SourceError::Unexpected(_)
+            | SourceError::Config(_) => false,
         }
     }
 
@@ -68,9 +71,9 @@ impl SourceError {
 
 /// Access denied and missing privileges do not fix themselves by retrying.
 fn is_access_error(e: &mysql_async::Error) -> bool {
-    // 1045 access denied, 1044 db access denied, 1227 missing privilege, 1236 binlog
-    // position unavailable (purged or invalid): all need an operator.
-    matches!(e, mysql_async::Error::Server(s) if matches!(s.code, 1044 | 1045 | 1227 | 1236))
+    // 1045 access denied, 1044 db access denied, 1227 missing privilege: all need an
+    // operator.
+    matches!(e, mysql_async::Error::Server(s) if matches!(s.code, 1044 | 1045 | 1227))
 }
 
 /// Opens a plain connection to the source server with the configured credentials.

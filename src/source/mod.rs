@@ -6,6 +6,7 @@ mod mariadb;
 mod position;
 mod reader;
 pub mod server;
+pub mod snapshot;
 mod transaction;
 
 pub use connect::{connect, SourceError};

@@ -180,3 +180,19 @@ pub async fn settings_problems(conn: &mut Conn) -> Result<Vec<Problem>, SourceEr
     );
     Ok(problems)
 }
+
+/// Fails with `SourceError::Purged` when the server no longer has `position`'s file.
+pub async fn ensure_available(conn: &mut Conn, position: &Position) -> Result<(), SourceError> {
+    let logs = binary_logs(conn).await?;
+    match logs.iter().find(|l| l.file == position.file) {
+        Some(l) if position.offset > l.size => Err(SourceError::Unexpected(format!(
+            "position {position} is beyond the end of {} ({} bytes): the checkpoint does not belong to this server",
+            l.file, l.size
+        ))),
+        Some(_) => Ok(()),
+        None => Err(SourceError::Purged {
+            needed: position.to_string(),
+            oldest: logs.first().map(|l| l.file.to_string()).unwrap_or_else(|| "none".into()),
+        }),
+    }
+}
