@@ -14,12 +14,16 @@ use tracing::info;
 
 use outbox_router::checkpoint::{Checkpoint, CheckpointStore};
 use outbox_router::config::Config;
-use outbox_router::monitor::Counters;
+use outbox_router::monitor::Metrics;
+use outbox_router::monitor::Status;
 use outbox_router::pipeline::{self, PipelineError, SinkKind};
 use outbox_router::recover::{recover, RecoverOptions};
+use outbox_router::source;
 
 /// Exit code when the checkpoint's binlog file is gone from the server.
 const EXIT_PURGED: u8 = 3;
+/// `status` exit code when it cannot tell (Nagios UNKNOWN).
+const EXIT_UNKNOWN: u8 = 3;
 use outbox_router::source::Position;
 
 #[derive(Parser)]
@@ -74,6 +78,19 @@ enum Command {
         /// Re-publish rows written from this unix time on, instead of checkpoint − margin.
         #[arg(long)]
         since: Option<i64>,
+    },
+    /// Checkpoint, server position, lag, retention runway and a verdict; works whether the
+    /// router runs or not. Exit 0 ok, 1 warning, 2 critical, 3 unknown.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Hours your alerting needs to notice a dead router (retention budget).
+        #[arg(long)]
+        detect_hours: Option<f64>,
+        /// Hours you need to repair it (retention budget).
+        #[arg(long)]
+        repair_hours: Option<f64>,
     },
     /// Inspect or change the stored checkpoint (stop the router first).
     Checkpoint {
@@ -155,6 +172,24 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Run { sink } => run(&config, sink).await,
         Command::Validate => validate(&config).await,
+        Command::Status {
+            json,
+            detect_hours,
+            repair_hours,
+        } => {
+            let thresholds = config.monitor.thresholds(detect_hours, repair_hours);
+            match status(&config).await {
+                Ok(mut st) => {
+                    st.judge(&thresholds);
+                    print_status(&st, json)?;
+                    Ok(ExitCode::from(st.verdict.exit_code()))
+                }
+                Err(e) => {
+                    println!("UNKNOWN: {e:#}");
+                    Ok(ExitCode::from(EXIT_UNKNOWN))
+                }
+            }
+        }
         Command::Recover {
             timestamp_column,
             margin_secs,
@@ -189,7 +224,7 @@ async fn run(config: &Config, sink: SinkArg) -> Result<ExitCode> {
         SinkArg::Kafka => SinkKind::Kafka,
         SinkArg::Stdout => SinkKind::Stdout,
     };
-    pipeline::run(config, sink, shutdown, Counters::default()).await?;
+    pipeline::run(config, sink, shutdown, Metrics::default()).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -226,6 +261,68 @@ async fn validate(config: &Config) -> Result<ExitCode> {
         println!("{failed} problem(s) found");
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// Asks the running router first; when it does not answer, reads the store and the server.
+async fn status(config: &Config) -> Result<Status> {
+    if let Some(addr) = config.monitor.listen_addr() {
+        let url = format!("http://{addr}/status");
+        let client = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(3))
+            .build()?;
+        if let Ok(resp) = client.get(&url).send().await {
+            if resp.status().is_success() {
+                return resp
+                    .json::<Status>()
+                    .await
+                    .with_context(|| format!("reading {url}"));
+            }
+        }
+    }
+    let store = CheckpointStore::open(&config.checkpoint.dir)
+        .context("the router's endpoint did not answer and its checkpoint store is not readable")?;
+    let checkpoint = store.load()?;
+    drop(store);
+    let mut conn = source::connect(&config.source).await?;
+    Ok(outbox_router::monitor::status::observe(&mut conn, checkpoint.as_ref(), false).await?)
+}
+
+fn print_status(st: &Status, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(st)?);
+        return Ok(());
+    }
+    let verdict = format!("{:?}", st.verdict).to_uppercase();
+    println!("{verdict}: router {}", st.router);
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    println!("  checkpoint:      {}", opt(st.checkpoint.clone()));
+    println!("  server position: {}", st.server_position);
+    println!(
+        "  bytes behind:    {}",
+        opt(st.bytes_behind.map(|b| b.to_string()))
+    );
+    println!(
+        "  lag:             {}",
+        opt(st.lag_ms.map(|l| format!("{:.1} s", l as f64 / 1000.0)))
+    );
+    let retention = match st.retention_secs {
+        Some(r) => format!("{r} s ({:.1} h)", r as f64 / 3600.0),
+        None => "none (binlogs never expire)".into(),
+    };
+    println!("  retention:       {retention}");
+    let runway = match (st.purged, st.runway_secs) {
+        (true, _) => "0 (purged)".to_string(),
+        (false, Some(r)) => format!("{r} s ({:.1} h)", r as f64 / 3600.0),
+        (false, None) => "unbounded".into(),
+    };
+    println!("  runway:          {runway}");
+    if let Some(b) = &st.budget {
+        println!("  budget:          {b}");
+    }
+    for r in &st.reasons {
+        println!("  - {r}");
+    }
+    Ok(())
 }
 
 fn checkpoint(config: &Config, action: CheckpointAction) -> Result<ExitCode> {

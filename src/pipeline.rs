@@ -16,9 +16,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::checkpoint::{now_ms, Checkpoint, CheckpointError, CheckpointStore};
+use crate::checkpoint::{Checkpoint, CheckpointError, CheckpointStore};
 use crate::config::{Config, StartFrom};
-use crate::monitor::Counters;
+use crate::monitor::Metrics;
 use crate::outbox::{InvalidEvent, Mapper};
 use crate::route::{Batch, Router};
 use crate::sink::{KafkaSink, Sink, SinkError, StdoutSink};
@@ -77,14 +77,45 @@ pub async fn run(
     config: &Config,
     sink_kind: SinkKind,
     shutdown: CancellationToken,
-    counters: Counters,
+    metrics: Metrics,
 ) -> Result<(), PipelineError> {
     let store = CheckpointStore::open(&config.checkpoint.dir)?;
+    if let Some(cp) = store.load()? {
+        metrics.set_checkpoint(&cp);
+    }
+    // Not a child of `shutdown`: the endpoints answer until the pipeline has drained.
+    let monitor_stop = CancellationToken::new();
+    if let Some(addr) = config.monitor.listen_addr() {
+        crate::monitor::serve(addr, metrics.clone(), monitor_stop.clone())
+            .await
+            .map_err(|e| {
+                PipelineError::Config(format!("cannot listen on monitor.listen {addr}: {e}"))
+            })?;
+    }
+    let watcher = crate::monitor::watch(config, metrics.clone(), monitor_stop.clone());
+    let supervised = supervise(config, &store, sink_kind, &shutdown, &metrics);
+    let result = tokio::select! {
+        r = supervised => r,
+        _ = watcher => Err(PipelineError::Internal("monitor stopped unexpectedly".into())),
+    };
+    monitor_stop.cancel();
+    result
+}
+
+/// Restarts `run_once` after transient errors, with backoff.
+async fn supervise(
+    config: &Config,
+    store: &CheckpointStore,
+    sink_kind: SinkKind,
+    shutdown: &CancellationToken,
+    metrics: &Metrics,
+) -> Result<(), PipelineError> {
     let mut delay = Duration::from_millis(500);
     loop {
         let started = Instant::now();
-        let result = run_once(config, &store, sink_kind, &shutdown, &counters).await;
-        let snapshot = counters.snapshot();
+        let result = run_once(config, store, sink_kind, shutdown, metrics).await;
+        metrics.set_connected(false);
+        let snapshot = metrics.snapshot();
         match result {
             Ok(()) => {
                 info!(?snapshot, "stopped");
@@ -94,7 +125,7 @@ pub async fn run(
                 if started.elapsed() > Duration::from_secs(60) {
                     delay = Duration::from_millis(500);
                 }
-                counters.restart();
+                metrics.restart();
                 warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "pipeline stopped by a transient error; resuming from the last checkpoint");
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
@@ -117,22 +148,19 @@ async fn start_position(
     store: &CheckpointStore,
     conn: &mut mysql_async::Conn,
     flavor: server::Flavor,
-) -> Result<Position, PipelineError> {
+) -> Result<Checkpoint, PipelineError> {
     if let Some(cp) = store.load()? {
-        return Ok(cp.position);
+        return Ok(cp);
     }
     let position = match &config.source.start {
         StartFrom::Latest => server::current_position(conn, flavor).await?,
         StartFrom::Earliest => server::earliest_position(conn).await?,
         StartFrom::At(p) => p.clone(),
     };
-    store.save(&Checkpoint {
-        position: position.clone(),
-        commit_time_ms: 0,
-        written_at_ms: now_ms(),
-    })?;
+    let checkpoint = Checkpoint::new(position.clone(), 0);
+    store.save(&checkpoint)?;
     info!(%position, start = ?config.source.start, "no checkpoint yet: starting here and recorded it");
-    Ok(position)
+    Ok(checkpoint)
 }
 
 async fn run_once(
@@ -140,7 +168,7 @@ async fn run_once(
     store: &CheckpointStore,
     sink_kind: SinkKind,
     shutdown: &CancellationToken,
-    counters: &Counters,
+    metrics: &Metrics,
 ) -> Result<(), PipelineError> {
     let mut conn = source::connect(&config.source).await?;
     let flavor = server::flavor(&mut conn).await?;
@@ -150,6 +178,8 @@ async fn run_once(
         return Err(PipelineError::Settings(text.join("\n  ")));
     }
     let start = start_position(config, store, &mut conn, flavor).await?;
+    metrics.set_checkpoint(&start);
+    let start = start.position;
     server::ensure_available(&mut conn, &start).await?;
     let tables: Vec<TableName> = config
         .outbox
@@ -170,9 +200,10 @@ async fn run_once(
         config.source.heartbeat(),
     )
     .await?;
+    metrics.set_connected(true);
     info!(position = %start, tables = ?config.outbox.tables, "streaming binlog");
 
-    let mapper = Mapper::new(config.outbox.columns.clone(), counters.clone());
+    let mapper = Mapper::new(config.outbox.columns.clone(), metrics.clone());
     let router = Router::new(&config.route).map_err(PipelineError::Config)?;
     let (tx, rx) = mpsc::channel(CHANNEL_TRANSACTIONS);
     let stop_reading = shutdown.child_token();
@@ -182,14 +213,14 @@ async fn run_once(
         router,
         tx,
         stop_reading.clone(),
-        counters.clone(),
+        metrics.clone(),
     ));
 
     let mut acker = Acker::new(
         store,
         start,
         Duration::from_millis(config.checkpoint.flush_interval_ms),
-        counters,
+        metrics,
     );
     let acked = acker.run(&sink, rx, config, &stop_reading).await;
     stop_reading.cancel();
@@ -208,7 +239,7 @@ async fn read_loop(
     router: Router,
     tx: mpsc::Sender<Batch>,
     stop: CancellationToken,
-    counters: Counters,
+    metrics: Metrics,
 ) -> Result<(), PipelineError> {
     loop {
         let txn = tokio::select! {
@@ -216,7 +247,7 @@ async fn read_loop(
             _ = stop.cancelled() => return Ok(()),
             txn = reader.next_transaction() => txn?,
         };
-        counters.transaction();
+        metrics.transaction();
         let batch = router.route(mapper.map(txn)?)?;
         if tx.send(batch).await.is_err() {
             return Ok(()); // the acker stopped; it says why
@@ -227,7 +258,7 @@ async fn read_loop(
 /// Tracks acknowledged transactions and writes the checkpoint.
 struct Acker<'a> {
     store: &'a CheckpointStore,
-    counters: &'a Counters,
+    metrics: &'a Metrics,
     /// End of the last transaction whose records, and all earlier ones, are acknowledged.
     watermark: Position,
     watermark_commit_ms: i64,
@@ -243,11 +274,11 @@ impl<'a> Acker<'a> {
         store: &'a CheckpointStore,
         start: Position,
         interval: Duration,
-        counters: &'a Counters,
+        metrics: &'a Metrics,
     ) -> Self {
         Self {
             store,
-            counters,
+            metrics,
             watermark: start.clone(),
             watermark_commit_ms: 0,
             saved: start,
@@ -276,6 +307,7 @@ impl<'a> Acker<'a> {
                 biased;
                 Some(done) = in_flight.next(), if !in_flight.is_empty() => {
                     in_flight_records -= done.2;
+                    self.metrics.set_in_flight(in_flight_records);
                     if let Err(e) = self.complete(done) {
                         failure = Some(e);
                         break;
@@ -285,12 +317,14 @@ impl<'a> Acker<'a> {
                     let Some(batch) = batch else { break };
                     let n = batch.records.len();
                     let (end, commit) = (batch.end, batch.commit_time_ms);
+                    let records_topics = topics_of(&batch.records);
                     let delivery = match sink.send(batch.records).await {
                         Ok(d) => d,
                         Err(e) => { failure = Some(e.into()); break; }
                     };
-                    self.counters.routed(n as u64);
+                    count_routed(self.metrics, &records_topics);
                     in_flight_records += n;
+                    self.metrics.set_in_flight(in_flight_records);
                     in_flight.push_back(Box::pin(async move { (end, commit, n, delivery.await) }));
                 }
                 _ = tick.tick() => {}
@@ -325,7 +359,7 @@ impl<'a> Acker<'a> {
 
     fn complete(&mut self, (end, commit_ms, _, result): Completed) -> Result<(), PipelineError> {
         let n = result?;
-        self.counters.acked(n as u64);
+        self.metrics.acked(n as u64);
         self.watermark = end;
         if commit_ms > 0 {
             self.watermark_commit_ms = commit_ms;
@@ -339,9 +373,28 @@ impl<'a> Acker<'a> {
         }
         let cp = Checkpoint::new(self.watermark.clone(), self.watermark_commit_ms);
         self.store.save(&cp)?;
-        self.counters.checkpoint_written();
+        self.metrics.checkpoint_written(&cp);
         self.saved = self.watermark.clone();
         self.last_save = Instant::now();
         Ok(())
+    }
+}
+
+/// Records per topic, in runs of the same topic (records of a transaction are usually
+/// grouped), so metrics cost one label lookup per run, not per record.
+fn topics_of(records: &[crate::route::Record]) -> Vec<(String, u64)> {
+    let mut runs: Vec<(String, u64)> = Vec::new();
+    for r in records {
+        match runs.last_mut() {
+            Some((t, n)) if *t == r.topic => *n += 1,
+            _ => runs.push((r.topic.clone(), 1)),
+        }
+    }
+    runs
+}
+
+fn count_routed(metrics: &Metrics, runs: &[(String, u64)]) {
+    for (topic, n) in runs {
+        metrics.routed(topic, *n);
     }
 }

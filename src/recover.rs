@@ -13,7 +13,7 @@ use futures::StreamExt;
 
 use crate::checkpoint::{now_ms, Checkpoint, CheckpointStore};
 use crate::config::Config;
-use crate::monitor::Counters;
+use crate::monitor::Metrics;
 use crate::outbox::Mapper;
 use crate::pipeline::PipelineError;
 use crate::route::Router;
@@ -66,8 +66,8 @@ pub async fn recover(
     // Read before selecting rows: every commit before it is visible to the select.
     let resume_at = server::current_position(&mut conn, flavor).await?;
 
-    let counters = Counters::default();
-    let mapper = Mapper::new(config.outbox.columns.clone(), counters);
+    let metrics = Metrics::default();
+    let mapper = Mapper::new(config.outbox.columns.clone(), metrics);
     let router = Router::new(&config.route).map_err(PipelineError::Config)?;
     let sink = Sink::Kafka(KafkaSink::new(&config.kafka)?);
     let mut events = 0u64;

@@ -1,5 +1,13 @@
-//! Monitoring beside the flow: counters every stage updates.
+//! Monitoring beside the flow: metrics every stage updates, the status verdict (lag,
+//! binlog bytes behind, retention runway), and the loopback HTTP endpoints.
 
-mod counters;
+mod http;
+mod metrics;
+pub mod retention;
+pub mod status;
+mod watch;
 
-pub use counters::{Counters, Snapshot};
+pub use http::serve;
+pub use metrics::{Metrics, Snapshot};
+pub use status::{Status, Thresholds, Verdict};
+pub use watch::watch;

@@ -6,7 +6,7 @@ use tracing::warn;
 
 use super::value;
 use super::{EventId, InvalidEvent, OutboxEvent};
-use crate::monitor::Counters;
+use crate::monitor::Metrics;
 use crate::source::{RowChange, RowOp, Transaction};
 
 /// Outbox column names. Defaults are those of Debezium's Outbox Event Router.
@@ -76,13 +76,13 @@ pub struct MappedTransaction {
 /// Maps outbox rows to events.
 pub struct Mapper {
     columns: ColumnMapping,
-    counters: Counters,
+    metrics: Metrics,
 }
 
 impl Mapper {
-    /// A mapper for the given columns, counting what it ignores in `counters`.
-    pub fn new(columns: ColumnMapping, counters: Counters) -> Self {
-        Self { columns, counters }
+    /// A mapper for the given columns, counting what it ignores in `metrics`.
+    pub fn new(columns: ColumnMapping, metrics: Metrics) -> Self {
+        Self { columns, metrics }
     }
 
     /// Maps every insert of a transaction; updates and deletes are counted and ignored.
@@ -104,7 +104,7 @@ impl Mapper {
             }
         }
         for (op, table, n) in ignored {
-            let total = self.counters.ignored(op, n);
+            let total = self.metrics.ignored(op, n);
             warn!(
                 %table, op = %op, rows = n, total, transaction_end = %txn.end,
                 "ignored {op} rows on an outbox table: the outbox is append-only, only INSERTs are published"

@@ -158,7 +158,15 @@ impl BinlogReader {
             );
         };
         match event_type {
-            EventType::ROTATE_EVENT => self.rotate(&event, header.log_pos())?,
+            // Rotation happens between transactions: moving the position to the new file
+            // keeps a quiet router from pinning the old one until it expires.
+            EventType::ROTATE_EVENT
+                if self.rotate(&event, header.log_pos())?
+                    && !self.in_explicit_txn
+                    && self.changes.is_empty() =>
+            {
+                return Ok(Some(self.commit(self.at.offset, header.timestamp())));
+            }
             EventType::FORMAT_DESCRIPTION_EVENT => self.seen_format_description = true,
             EventType::GTID_EVENT
             | EventType::ANONYMOUS_GTID_EVENT
@@ -249,7 +257,8 @@ impl BinlogReader {
         }
     }
 
-    fn rotate(&mut self, event: &Event, log_pos: u32) -> Result<(), SourceError> {
+    /// Follows a rotate event; true when a real rotation moved the reader to a new file.
+    fn rotate(&mut self, event: &Event, log_pos: u32) -> Result<bool, SourceError> {
         let Some(EventData::RotateEvent(rotate)) = self.read(event, u64::from(log_pos))? else {
             return Err(self.decode_error(u64::from(log_pos), "ROTATE event did not decode"));
         };
@@ -262,11 +271,14 @@ impl BinlogReader {
         let name = String::from_utf8(name)
             .map_err(|_| self.decode_error(u64::from(log_pos), "binlog file name is not UTF-8"))?;
         let file = BinlogFile::new(name).map_err(|e| self.decode_error(u64::from(log_pos), e))?;
-        if file != self.at.file {
-            self.at.file = file;
-            self.at.offset = rotate.position().max(4);
+        if file == self.at.file {
+            return Ok(false);
         }
-        Ok(())
+        self.at.file = file;
+        self.at.offset = rotate.position().max(4);
+        // A fake rotate before the first format description only names the requested
+        // file; later ones (e.g. after a server restart's STOP event) are real switches.
+        Ok(log_pos != 0 || self.seen_format_description)
     }
 
     fn rows(&mut self, event: &Event, event_end: u64) -> Result<(), SourceError> {

@@ -50,6 +50,8 @@ pub async fn variable(conn: &mut Conn, name: &'static str) -> Result<Option<Stri
         "server_id" => "SELECT @@global.server_id",
         "gtid_binlog_pos" => "SELECT @@global.gtid_binlog_pos",
         "version" => "SELECT VERSION()",
+        "binlog_expire_logs_seconds" => "SELECT @@global.binlog_expire_logs_seconds",
+        "expire_logs_days" => "SELECT @@global.expire_logs_days",
         _ => return Err(SourceError::Unexpected(format!("unknown variable {name}"))),
     };
     match conn.query_first::<Option<String>, _>(sql).await {

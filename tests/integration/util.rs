@@ -146,6 +146,9 @@ pub struct RouterSetup {
     pub start: String,
     pub flush_interval_ms: u64,
     pub extra_tables: Vec<String>,
+    pub monitor_port: u16,
+    /// Extra TOML appended to the generated config.
+    pub extra_toml: String,
 }
 
 impl RouterSetup {
@@ -158,6 +161,8 @@ impl RouterSetup {
             start: format!("{}:{}", start.0, start.1),
             flush_interval_ms: 200,
             extra_tables: Vec::new(),
+            monitor_port: 20_000 + (server_id % 20_000) as u16,
+            extra_toml: String::new(),
         }
     }
 
@@ -205,7 +210,14 @@ flush_interval_ms = {flush}
 [pipeline]
 max_in_flight = 5000
 shutdown_timeout_secs = 20
+
+[monitor]
+listen = "127.0.0.1:{monitor_port}"
+interval_secs = 1
+{extra}
 "#,
+            monitor_port = self.monitor_port,
+            extra = self.extra_toml,
             port = mariadb_port(),
             server_id = self.server_id,
             start = self.start,
@@ -442,4 +454,29 @@ pub fn read_all(topics: &[String]) -> Vec<Msg> {
         "could not read partitions {remaining:?} to their end"
     );
     out
+}
+
+/// GET on the router's monitoring endpoint: (status code, body).
+pub async fn http_get(port: u16, path: &str) -> (u16, String) {
+    let resp = reqwest::get(format!("http://127.0.0.1:{port}{path}"))
+        .await
+        .expect("monitor endpoint answers");
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+/// Waits until the monitoring endpoint answers `path` with 200.
+pub async fn wait_http_ok(port: u16, path: &str, timeout: Duration) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(resp) = reqwest::get(format!("http://127.0.0.1:{port}{path}")).await {
+            if resp.status().is_success() {
+                return resp.text().await.unwrap();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} did not answer 200 within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -1,0 +1,126 @@
+//! Binlog retention and the runway left before the checkpoint's file may be purged.
+//!
+//! Servers purge a binlog file once its last write is older than the retention. The
+//! last write of the checkpoint's file is at or after the commit time of the checkpoint's
+//! transaction, so `commit time + retention − now` never overstates the runway: alerts
+//! come early, never late. The file still being written is never purged.
+
+use mysql_async::Conn;
+
+use crate::source::server::{self, BinlogFileInfo};
+use crate::source::{BinlogFile, Position, SourceError};
+
+/// The server's binlog retention in seconds; `None` when binlogs never expire.
+pub async fn retention_secs(conn: &mut Conn) -> Result<Option<u64>, SourceError> {
+    let parse = |v: Option<String>| v.and_then(|s| s.trim().parse::<f64>().ok()).unwrap_or(0.0);
+    let secs = parse(server::variable(conn, "binlog_expire_logs_seconds").await?);
+    if secs > 0.0 {
+        return Ok(Some(secs as u64));
+    }
+    // MariaDB takes fractional days; MySQL 8.0 whole days; 8.4 removed the variable.
+    let days = parse(server::variable(conn, "expire_logs_days").await?);
+    Ok((days > 0.0).then_some((days * 86_400.0) as u64))
+}
+
+/// How long until the checkpoint's binlog file may be purged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runway {
+    /// The file is already gone.
+    Purged,
+    /// Nothing expires (no retention set), or the checkpoint is in the file still being written.
+    Unbounded,
+    /// Seconds left (negative: overdue, the purge can happen any time).
+    Seconds(i64),
+}
+
+/// Computes the runway from the server's file list, current file and retention.
+pub fn runway(
+    checkpoint: &Position,
+    checkpoint_commit_ms: i64,
+    files: &[BinlogFileInfo],
+    current: &BinlogFile,
+    retention_secs: Option<u64>,
+    now_ms: i64,
+) -> Runway {
+    if !files.iter().any(|f| f.file == checkpoint.file) {
+        return Runway::Purged;
+    }
+    let Some(retention) = retention_secs else {
+        return Runway::Unbounded;
+    };
+    if &checkpoint.file == current {
+        // Full retention starts only when the file is rotated away.
+        return Runway::Seconds(retention as i64);
+    }
+    Runway::Seconds((checkpoint_commit_ms + retention as i64 * 1000 - now_ms) / 1000)
+}
+
+/// Binlog bytes from `from` to the server's current position.
+pub fn bytes_behind(from: &Position, files: &[BinlogFileInfo], current: &Position) -> Option<u64> {
+    if from.file == current.file {
+        return Some(current.offset.saturating_sub(from.offset));
+    }
+    let start = files.iter().position(|f| f.file == from.file)?;
+    let end = files.iter().position(|f| f.file == current.file)?;
+    if start > end {
+        return None;
+    }
+    let mut total = files[start].size.saturating_sub(from.offset);
+    total += files[start + 1..end].iter().map(|f| f.size).sum::<u64>();
+    Some(total + current.offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files() -> Vec<BinlogFileInfo> {
+        (1..=3)
+            .map(|i| BinlogFileInfo {
+                file: BinlogFile::new(format!("mysql-bin.00000{i}")).unwrap(),
+                size: 1000,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn runway_from_commit_time() {
+        let cp: Position = "mysql-bin.000002:500".parse().unwrap();
+        let current = BinlogFile::new("mysql-bin.000003").unwrap();
+        let day = 86_400;
+        // Checkpoint committed 60 h ago, 72 h retention: 12 h left.
+        let now = 1_000_000_000_000;
+        let r = runway(
+            &cp,
+            now - 60 * 3600 * 1000,
+            &files(),
+            &current,
+            Some(3 * day),
+            now,
+        );
+        assert_eq!(r, Runway::Seconds(12 * 3600));
+        assert_eq!(
+            runway(&cp, 0, &files(), &current, None, now),
+            Runway::Unbounded
+        );
+        let gone: Position = "mysql-bin.000000:4".parse().unwrap();
+        assert_eq!(
+            runway(&gone, 0, &files(), &current, Some(day), now),
+            Runway::Purged
+        );
+        let in_current: Position = "mysql-bin.000003:4".parse().unwrap();
+        assert_eq!(
+            runway(&in_current, 0, &files(), &current, Some(day), now),
+            Runway::Seconds(day as i64)
+        );
+    }
+
+    #[test]
+    fn bytes_behind_across_files() {
+        let cp: Position = "mysql-bin.000001:400".parse().unwrap();
+        let cur: Position = "mysql-bin.000003:250".parse().unwrap();
+        assert_eq!(bytes_behind(&cp, &files(), &cur), Some(600 + 1000 + 250));
+        let same: Position = "mysql-bin.000003:100".parse().unwrap();
+        assert_eq!(bytes_behind(&same, &files(), &cur), Some(150));
+    }
+}

@@ -1,0 +1,289 @@
+//! The operator's question — is the router keeping up, and how long until its binlog is
+//! gone? — answered from the checkpoint and the server, whether the router runs or not.
+
+use mysql_async::Conn;
+use serde::{Deserialize, Serialize};
+
+use super::retention::{self, Runway};
+use crate::checkpoint::{now_ms, Checkpoint};
+use crate::source::server::{self, Flavor};
+use crate::source::SourceError;
+
+/// Overall verdict; its exit code is usable from cron or a Nagios-style check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Nothing to do.
+    Ok,
+    /// Look at it soon.
+    Warning,
+    /// Act now: data is at risk.
+    Critical,
+}
+
+impl Verdict {
+    /// 0 ok, 1 warning, 2 critical.
+    pub fn exit_code(self) -> u8 {
+        self as u8
+    }
+}
+
+/// When to warn and when to page.
+#[derive(Debug, Clone)]
+pub struct Thresholds {
+    /// Warn when runway < this share of retention.
+    pub runway_warn_ratio: f64,
+    /// Critical when runway < this share of retention.
+    pub runway_critical_ratio: f64,
+    /// Warn when lag exceeds this (ms).
+    pub lag_warn_ms: i64,
+    /// Critical when lag exceeds this (ms).
+    pub lag_critical_ms: i64,
+    /// Time to notice a dead router (seconds), for the retention budget.
+    pub detect_secs: Option<u64>,
+    /// Time to repair it (seconds), for the retention budget.
+    pub repair_secs: Option<u64>,
+}
+
+/// Measurements plus verdict.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Status {
+    /// `running` (answered by the router's endpoint) or `stopped`.
+    pub router: String,
+    /// The durable checkpoint.
+    pub checkpoint: Option<String>,
+    /// Commit time of the checkpoint's transaction (ms since epoch).
+    pub checkpoint_commit_time_ms: Option<i64>,
+    /// Seconds since the checkpoint was written.
+    pub checkpoint_age_secs: Option<i64>,
+    /// The server's current binlog position.
+    pub server_position: String,
+    /// Binlog bytes between checkpoint and server position.
+    pub bytes_behind: Option<u64>,
+    /// Now minus the checkpoint's commit time; 0 when no transaction committed since.
+    pub lag_ms: Option<i64>,
+    /// Server binlog retention (seconds); `None`: never expires.
+    pub retention_secs: Option<u64>,
+    /// Seconds until the checkpoint's file may be purged; `None`: unbounded.
+    pub runway_secs: Option<i64>,
+    /// The checkpoint's file is already gone.
+    pub purged: bool,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why the verdict is not ok.
+    pub reasons: Vec<String>,
+    /// Retention vs detection + repair time, when both are declared.
+    pub budget: Option<String>,
+}
+
+fn hours(secs: i64) -> String {
+    let h = secs as f64 / 3600.0;
+    if (h - h.round()).abs() < 0.05 {
+        format!("{} h", h.round() as i64)
+    } else {
+        format!("{h:.1} h")
+    }
+}
+
+/// Measures the server against a checkpoint (not yet judged: call `judge`).
+pub async fn observe(
+    conn: &mut Conn,
+    checkpoint: Option<&Checkpoint>,
+    running: bool,
+) -> Result<Status, SourceError> {
+    let flavor: Flavor = server::flavor(conn).await?;
+    let current = server::current_position(conn, flavor).await?;
+    let files = server::binary_logs(conn).await?;
+    let retention_secs = retention::retention_secs(conn).await?;
+    let now = now_ms();
+    let mut status = Status {
+        router: if running { "running" } else { "stopped" }.into(),
+        checkpoint: checkpoint.map(|c| c.position.to_string()),
+        checkpoint_commit_time_ms: checkpoint.map(|c| c.commit_time_ms),
+        checkpoint_age_secs: checkpoint.map(|c| (now - c.written_at_ms) / 1000),
+        server_position: current.to_string(),
+        bytes_behind: None,
+        lag_ms: None,
+        retention_secs,
+        runway_secs: None,
+        purged: false,
+        verdict: Verdict::Ok,
+        reasons: Vec::new(),
+        budget: None,
+    };
+    if let Some(cp) = checkpoint {
+        status.bytes_behind = retention::bytes_behind(&cp.position, &files, &current);
+        // With GTIDs, "nothing committed since the checkpoint" is exact; bytes alone also
+        // count rotation and heartbeat bytes that hold no transaction.
+        let caught_up = if !cp.position.gtid.is_empty() && !current.gtid.is_empty() {
+            cp.position.gtid == current.gtid
+        } else {
+            status.bytes_behind == Some(0)
+        };
+        status.lag_ms = match caught_up {
+            true => Some(0),
+            false if cp.commit_time_ms > 0 => Some(now - cp.commit_time_ms),
+            false => None,
+        };
+        match retention::runway(
+            &cp.position,
+            cp.commit_time_ms,
+            &files,
+            &current.file,
+            retention_secs,
+            now,
+        ) {
+            Runway::Purged => status.purged = true,
+            Runway::Unbounded => {}
+            Runway::Seconds(s) => status.runway_secs = Some(s),
+        }
+    }
+    Ok(status)
+}
+
+impl Status {
+    /// Sets verdict, reasons and budget from the measurements.
+    pub fn judge(&mut self, t: &Thresholds) {
+        let mut verdict = Verdict::Ok;
+        let mut reasons = Vec::new();
+        let mut raise = |v: Verdict, why: String| {
+            verdict = verdict.max(v);
+            reasons.push(why);
+        };
+        if self.checkpoint.is_none() {
+            raise(
+                Verdict::Warning,
+                "no checkpoint yet: the router has never run with this store".into(),
+            );
+        }
+        if self.router != "running" {
+            raise(Verdict::Warning, "router is not running".into());
+        }
+        if self.purged {
+            raise(
+                Verdict::Critical,
+                "the checkpoint's binlog file was purged: run `outbox-router recover`".into(),
+            );
+        }
+        if let (Some(runway), Some(retention)) = (self.runway_secs, self.retention_secs) {
+            let share = runway as f64 / retention.max(1) as f64;
+            let text = format!(
+                "retention runway {} of {}",
+                hours(runway),
+                hours(retention as i64)
+            );
+            if share < t.runway_critical_ratio {
+                raise(
+                    Verdict::Critical,
+                    format!("{text}: below {:.0} %", t.runway_critical_ratio * 100.0),
+                );
+            } else if share < t.runway_warn_ratio {
+                raise(
+                    Verdict::Warning,
+                    format!("{text}: below {:.0} %", t.runway_warn_ratio * 100.0),
+                );
+            }
+        }
+        if let Some(lag) = self.lag_ms {
+            if lag > t.lag_critical_ms {
+                raise(
+                    Verdict::Critical,
+                    format!("lag {} s above {} s", lag / 1000, t.lag_critical_ms / 1000),
+                );
+            } else if lag > t.lag_warn_ms {
+                raise(
+                    Verdict::Warning,
+                    format!("lag {} s above {} s", lag / 1000, t.lag_warn_ms / 1000),
+                );
+            }
+        }
+        self.budget = None;
+        if let (Some(detect), Some(repair), Some(retention)) =
+            (t.detect_secs, t.repair_secs, self.retention_secs)
+        {
+            let need = (detect + repair) as i64;
+            let spare = retention as i64 - need;
+            let summary = format!(
+                "retention {} vs detection {} + repair {} = {}",
+                hours(retention as i64),
+                hours(detect as i64),
+                hours(repair as i64),
+                hours(need)
+            );
+            if spare < 0 {
+                let text = format!("{summary} → {} short", hours(-spare));
+                raise(Verdict::Warning, format!("retention budget: {text}"));
+                self.budget = Some(text);
+            } else {
+                self.budget = Some(format!("{summary} → {} spare", hours(spare)));
+            }
+        }
+        self.verdict = verdict;
+        self.reasons = reasons;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Status {
+        Status {
+            router: "running".into(),
+            checkpoint: Some("mysql-bin.000001:4".into()),
+            checkpoint_commit_time_ms: Some(1),
+            checkpoint_age_secs: Some(0),
+            server_position: "mysql-bin.000002:4".into(),
+            bytes_behind: Some(10),
+            lag_ms: Some(10),
+            retention_secs: Some(72 * 3600),
+            runway_secs: Some(60 * 3600),
+            purged: false,
+            verdict: Verdict::Ok,
+            reasons: vec![],
+            budget: None,
+        }
+    }
+
+    fn thresholds() -> Thresholds {
+        Thresholds {
+            runway_warn_ratio: 0.5,
+            runway_critical_ratio: 0.2,
+            lag_warn_ms: 60_000,
+            lag_critical_ms: 600_000,
+            detect_secs: None,
+            repair_secs: None,
+        }
+    }
+
+    #[test]
+    fn seeds_budget_is_twelve_hours_short() {
+        let mut s = base();
+        let mut t = thresholds();
+        t.detect_secs = Some(24 * 3600);
+        t.repair_secs = Some(60 * 3600);
+        s.judge(&t);
+        assert_eq!(
+            s.budget.as_deref(),
+            Some("retention 72 h vs detection 24 h + repair 60 h = 84 h → 12 h short")
+        );
+        assert_eq!(s.verdict, Verdict::Warning);
+    }
+
+    #[test]
+    fn runway_thresholds() {
+        let mut s = base();
+        s.judge(&thresholds());
+        assert_eq!(s.verdict, Verdict::Ok, "{:?}", s.reasons);
+        s.runway_secs = Some(30 * 3600);
+        s.judge(&thresholds());
+        assert_eq!(s.verdict, Verdict::Warning);
+        s.runway_secs = Some(10 * 3600);
+        s.judge(&thresholds());
+        assert_eq!(s.verdict, Verdict::Critical);
+        s.runway_secs = Some(60 * 3600);
+        s.purged = true;
+        s.judge(&thresholds());
+        assert_eq!(s.verdict, Verdict::Critical);
+    }
+}

@@ -1,0 +1,73 @@
+//! The in-process watcher: every few seconds, measure lag, bytes behind and retention
+//! runway against the server, publish them, and log when thresholds are crossed.
+
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use super::{status, Metrics, Verdict};
+use crate::config::Config;
+use crate::source;
+
+/// How often a bad verdict is logged again while it lasts.
+const REPEAT: Duration = Duration::from_secs(60);
+
+/// Runs until `shutdown`.
+pub async fn watch(config: &Config, metrics: Metrics, shutdown: CancellationToken) {
+    let thresholds = config.monitor.thresholds(None, None);
+    let mut tick = tokio::time::interval(Duration::from_secs(config.monitor.interval_secs.max(1)));
+    let mut conn = None;
+    let mut last: Option<(Verdict, Instant)> = None;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if conn.is_none() {
+            match source::connect(&config.source).await {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    warn!(error = %e, "monitor cannot reach the source server");
+                    continue;
+                }
+            }
+        }
+        let checkpoint = metrics.checkpoint();
+        let observed = status::observe(
+            conn.as_mut().expect("connected above"),
+            checkpoint.as_ref(),
+            true,
+        )
+        .await;
+        let mut st = match observed {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(error = %e, "monitor query failed; reconnecting next time");
+                conn = None;
+                continue;
+            }
+        };
+        st.judge(&thresholds);
+        metrics.set_status(&st);
+        let changed = last.is_none_or(|(v, at)| {
+            v != st.verdict || (st.verdict != Verdict::Ok && at.elapsed() >= REPEAT)
+        });
+        if changed {
+            let reasons = st.reasons.join("; ");
+            match st.verdict {
+                Verdict::Ok if last.is_some() => {
+                    info!(runway_secs = ?st.runway_secs, lag_ms = ?st.lag_ms, "status back to ok")
+                }
+                Verdict::Ok => {}
+                Verdict::Warning => {
+                    warn!(runway_secs = ?st.runway_secs, lag_ms = ?st.lag_ms, bytes_behind = ?st.bytes_behind, %reasons, "status warning")
+                }
+                Verdict::Critical => {
+                    error!(runway_secs = ?st.runway_secs, lag_ms = ?st.lag_ms, bytes_behind = ?st.bytes_behind, %reasons, "status critical")
+                }
+            }
+            last = Some((st.verdict, Instant::now()));
+        }
+    }
+}
