@@ -16,6 +16,22 @@
 //! config       typed TOML configuration
 //! ```
 
+/// Aborts the process at a named fault-injection point when the `FAILPOINTS`
+/// environment variable enables it, like a `kill -9` there. Compiled in only with the
+/// `failpoints` feature; a no-op otherwise.
+macro_rules! crash_point {
+    ($name:literal) => {
+        fail::fail_point!($name, |_| $crate::crash_at($name))
+    };
+}
+
+/// The crash a `crash_point!` performs: no destructors, no flushes.
+#[doc(hidden)]
+pub fn crash_at(name: &str) -> ! {
+    eprintln!("failpoint {name}: aborting the process");
+    std::process::abort()
+}
+
 pub mod checkpoint;
 pub mod config;
 pub mod monitor;

@@ -125,6 +125,8 @@ enum CheckpointAction {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Reads FAILPOINTS in test builds (feature `failpoints`); nothing otherwise.
+    let _failpoints = fail::FailScenario::setup();
     init_logging(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

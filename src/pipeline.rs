@@ -249,6 +249,7 @@ async fn read_loop(
         };
         metrics.transaction();
         let batch = router.route(mapper.map(txn)?)?;
+        crash_point!("read.before_send");
         if tx.send(batch).await.is_err() {
             return Ok(()); // the acker stopped; it says why
         }
@@ -322,6 +323,7 @@ impl<'a> Acker<'a> {
                         Ok(d) => d,
                         Err(e) => { failure = Some(e.into()); break; }
                     };
+                    crash_point!("sink.after_send_before_ack");
                     count_routed(self.metrics, &records_topics);
                     in_flight_records += n;
                     self.metrics.set_in_flight(in_flight_records);
@@ -364,6 +366,7 @@ impl<'a> Acker<'a> {
         if commit_ms > 0 {
             self.watermark_commit_ms = commit_ms;
         }
+        crash_point!("ack.before_checkpoint");
         Ok(())
     }
 

@@ -67,6 +67,7 @@ impl CheckpointStore {
             source,
         };
         self.db.insert(KEY, checkpoint.encode()).map_err(write)?;
+        crash_point!("checkpoint.before_flush");
         self.db.flush().map_err(write)?;
         Ok(())
     }

@@ -100,6 +100,9 @@ impl KafkaSink {
                 }
             };
             pending.push((future, Box::new(r.event), r.topic));
+            if pending.len() == 1 && pending.capacity() > 1 {
+                crash_point!("sink.mid_transaction");
+            }
         }
         Ok(async move {
             let n = pending.len();

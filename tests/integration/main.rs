@@ -1,6 +1,9 @@
 //! End-to-end tests against the real local MariaDB and Kafka (`scripts/services up`).
 //! Each test has its own database, topics, replica server id and checkpoint store.
 
+#[cfg(feature = "failpoints")]
+mod crash;
+mod outage;
 mod util;
 
 use std::collections::{HashMap, HashSet};
@@ -10,7 +13,7 @@ use mysql_async::prelude::Queryable;
 
 use util::*;
 
-const TYPES: [&str; 3] = ["Order", "Payment", "User"];
+pub(crate) const TYPES: [&str; 3] = ["Order", "Payment", "User"];
 
 /// Events land in the right topic with the right key, id header and identical payload
 /// bytes: unicode, a 1 MB payload, a multi-row INSERT, several statements in one
@@ -191,7 +194,13 @@ async fn rollback_update_delete_produce_nothing() {
 
 /// Writes `batches` transactions of `size` events over `keys` aggregate ids; the payload
 /// carries a global sequence number so per-key commit order can be checked.
-async fn write_stream(db: String, first_batch: usize, batches: usize, size: usize, keys: usize) {
+pub(crate) async fn write_stream(
+    db: String,
+    first_batch: usize,
+    batches: usize,
+    size: usize,
+    keys: usize,
+) {
     let mut conn = app_conn().await;
     for b in first_batch..first_batch + batches {
         let events: Vec<Ev> = (0..size)
@@ -215,7 +224,7 @@ fn seq_of(m: &Msg) -> u64 {
 }
 
 /// Lost, duplicate and order checks over everything in the topics; returns duplicates.
-fn check_stream(topics: &[String], expected: usize) -> usize {
+pub(crate) fn check_stream(topics: &[String], expected: usize) -> usize {
     let msgs = read_all(topics);
     let mut first: HashMap<String, &Msg> = HashMap::new();
     let mut duplicates = 0;

@@ -147,6 +147,10 @@ pub struct RouterSetup {
     pub flush_interval_ms: u64,
     pub extra_tables: Vec<String>,
     pub monitor_port: u16,
+    /// Port the router connects to (a proxy in connection-cut tests).
+    pub source_port: u16,
+    /// librdkafka properties added to the router's producer.
+    pub kafka_properties: Vec<(String, String)>,
     /// Extra TOML appended to the generated config.
     pub extra_toml: String,
 }
@@ -162,6 +166,8 @@ impl RouterSetup {
             flush_interval_ms: 200,
             extra_tables: Vec::new(),
             monitor_port: 20_000 + (server_id % 20_000) as u16,
+            source_port: mariadb_port(),
+            kafka_properties: Vec::new(),
             extra_toml: String::new(),
         }
     }
@@ -202,6 +208,7 @@ topic = "{prefix}.${{routedByValue}}"
 bootstrap_servers = "{bootstrap}"
 [kafka.properties]
 "message.max.bytes" = "8000000"
+{kafka_properties}
 
 [checkpoint]
 dir = "{cp}"
@@ -217,8 +224,13 @@ interval_secs = 1
 {extra}
 "#,
             monitor_port = self.monitor_port,
+            kafka_properties = self
+                .kafka_properties
+                .iter()
+                .map(|(k, v)| format!("{k:?} = {v:?}\n"))
+                .collect::<String>(),
             extra = self.extra_toml,
-            port = mariadb_port(),
+            port = self.source_port,
             server_id = self.server_id,
             start = self.start,
             tables = tables.join(", "),
@@ -262,14 +274,21 @@ interval_secs = 1
     }
 
     pub fn start_router(&self) -> RouterProcess {
+        self.start_router_env(&[])
+    }
+
+    /// Starts the router with extra environment variables (e.g. FAILPOINTS).
+    pub fn start_router_env(&self, env: &[(&str, &str)]) -> RouterProcess {
+        static RUNS: AtomicU32 = AtomicU32::new(0);
         let log = self.dir.path().join(format!(
             "router-{}.log",
-            Instant::now().elapsed().as_nanos()
+            RUNS.fetch_add(1, Ordering::Relaxed)
         ));
         let child = Command::new(env!("CARGO_BIN_EXE_outbox-router"))
             .arg("--config")
             .arg(self.config_path())
             .arg("run")
+            .envs(env.iter().copied())
             .env("IT_CDC_PASSWORD", "cdc-secret")
             .env("OUTBOX_ROUTER_LOG", "info,outbox_router=debug,rdkafka=warn")
             .stdout(Stdio::null())
@@ -478,5 +497,96 @@ pub async fn wait_http_ok(port: u16, path: &str, timeout: Duration) -> String {
             "{path} did not answer 200 within {timeout:?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Root of the repository (for scripts/services and .local/).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `scripts/services ACTION SERVICE` and checks it succeeded.
+pub fn services(action: &str, service: &str) {
+    let status = Command::new(repo_root().join("scripts/services"))
+        .args([action, service])
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "scripts/services {action} {service} failed"
+    );
+}
+
+/// SIGKILLs the local Kafka broker.
+pub fn kill_kafka() {
+    let local = std::env::var("OUTBOX_LOCAL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join(".local"));
+    let pid = std::fs::read_to_string(local.join("kafka/kafka.pid")).expect("kafka pid file");
+    let status = Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Wait until it is gone, so `services up` starts a new one.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Command::new("kill")
+        .args(["-0", pid.trim()])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(Instant::now() < deadline, "kafka survived SIGKILL");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A TCP proxy in front of MariaDB whose connections the test can cut.
+pub struct CutProxy {
+    pub port: u16,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl CutProxy {
+    pub async fn start(target_port: u16) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>> =
+            Default::default();
+        let registry = conns.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let task = tokio::spawn(async move {
+                    if let Ok(mut server) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", target_port)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                registry.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Self {
+            port,
+            conns,
+            accept,
+        }
+    }
+
+    /// Drops every proxied connection; returns how many were cut.
+    pub fn cut(&self) -> usize {
+        let conns = std::mem::take(&mut *self.conns.lock().unwrap());
+        let n = conns.iter().filter(|c| !c.is_finished()).count();
+        conns.iter().for_each(|c| c.abort());
+        n
+    }
+}
+
+impl Drop for CutProxy {
+    fn drop(&mut self) {
+        self.cut();
+        self.accept.abort();
     }
 }

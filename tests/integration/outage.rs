@@ -1,0 +1,128 @@
+//! Outages of the real services: the Kafka broker killed and restarted (shorter and
+//! longer than the producer's message timeout), MariaDB restarted, connections cut.
+
+use std::time::Duration;
+
+use crate::util::*;
+use crate::{check_stream, write_stream, TYPES};
+
+/// The broker is SIGKILLed twice mid-stream: 5 s down, then longer than
+/// message.timeout.ms. The router stalls, never skips, and resumes.
+#[tokio::test(flavor = "multi_thread")]
+async fn kafka_broker_killed_and_restarted() {
+    let _settings = SERVER_SETTINGS.write().await;
+    let (db, server_id) = unique("kafka_down");
+    let mut conn = app_conn().await;
+    outbox_db(&mut conn, &db).await;
+    let mut setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    setup
+        .kafka_properties
+        .push(("message.timeout.ms".into(), "5000".into()));
+    let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
+
+    write_stream(db.clone(), 0, 40, 50, 20).await;
+    let mut router = setup.start_router();
+    wait_for_count(&topics, 500, Duration::from_secs(60));
+    for (round, down) in [(1, Duration::from_secs(5)), (2, Duration::from_secs(12))] {
+        kill_kafka();
+        // Events keep committing while the broker is away.
+        write_stream(db.clone(), 40 * round, 40, 50, 20).await;
+        tokio::time::sleep(down).await;
+        services("up", "kafka");
+        assert!(
+            router.wait(Duration::from_millis(10)).is_none(),
+            "router exited during the outage:\n{}",
+            router.log()
+        );
+    }
+    let total = 120 * 50;
+    assert!(
+        wait_for_count(&topics, total as i64, Duration::from_secs(120)) >= total as i64,
+        "{}",
+        router.log()
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let log = router.log();
+    assert!(router.stop(Duration::from_secs(30)).success(), "{log}");
+    assert!(
+        log.contains("resuming from the last checkpoint"),
+        "the long outage should restart the pipeline:\n{log}"
+    );
+    let duplicates = check_stream(&topics, total);
+    println!("kafka outage: events={total} lost=0 duplicates={duplicates}");
+}
+
+/// MariaDB restarts mid-stream (its binlog rotates); the router reconnects from its
+/// checkpoint and follows into the new file.
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_restarted_mid_stream() {
+    let _settings = SERVER_SETTINGS.write().await;
+    let (db, server_id) = unique("db_restart");
+    let mut conn = app_conn().await;
+    outbox_db(&mut conn, &db).await;
+    let setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
+
+    write_stream(db.clone(), 0, 100, 50, 20).await;
+    drop(conn);
+    let mut router = setup.start_router();
+    wait_for_count(&topics, 500, Duration::from_secs(60));
+    services("down", "mariadb");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    services("up", "mariadb");
+    write_stream(db.clone(), 100, 40, 50, 20).await;
+    let total = 140 * 50;
+    assert!(
+        wait_for_count(&topics, total as i64, Duration::from_secs(120)) >= total as i64,
+        "{}",
+        router.log()
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let log = router.log();
+    assert!(router.stop(Duration::from_secs(30)).success(), "{log}");
+    assert!(
+        log.contains("resuming from the last checkpoint"),
+        "no reconnect logged:\n{log}"
+    );
+    let duplicates = check_stream(&topics, total);
+    println!("mariadb restart: events={total} lost=0 duplicates={duplicates}");
+}
+
+/// Connections between router and MariaDB are cut three times by a proxy.
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_cut_by_a_proxy() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (db, server_id) = unique("cut");
+    let mut conn = app_conn().await;
+    outbox_db(&mut conn, &db).await;
+    let proxy = CutProxy::start(mariadb_port()).await;
+    let mut setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    setup.source_port = proxy.port;
+    let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
+
+    let writer = tokio::spawn(write_stream(db.clone(), 0, 150, 40, 20));
+    let mut router = setup.start_router();
+    let mut cuts = 0;
+    for n in [600, 1800, 3000] {
+        wait_for_count(&topics, n, Duration::from_secs(60));
+        cuts += proxy.cut();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    writer.await.unwrap();
+    let total = 150 * 40;
+    assert!(
+        wait_for_count(&topics, total as i64, Duration::from_secs(120)) >= total as i64,
+        "{}",
+        router.log()
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let log = router.log();
+    assert!(router.stop(Duration::from_secs(30)).success(), "{log}");
+    assert!(cuts >= 3, "only {cuts} connections were cut");
+    assert!(
+        log.contains("resuming from the last checkpoint"),
+        "no reconnect logged:\n{log}"
+    );
+    let duplicates = check_stream(&topics, total);
+    println!("connection cuts: cuts={cuts} events={total} lost=0 duplicates={duplicates}");
+}
