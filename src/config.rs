@@ -221,6 +221,16 @@ pub struct OutboxConfig {
     /// Column names; defaults are Debezium's Outbox Event Router names.
     #[serde(default)]
     pub columns: ColumnMapping,
+    /// Rows that cannot become records: `fail` (stop), `dead-letter` or `skip`.
+    #[serde(default)]
+    pub on_invalid: crate::outbox::OnInvalid,
+    /// Topic for dead-lettered rows.
+    #[serde(default = "default_dead_letter_topic")]
+    pub dead_letter_topic: String,
+}
+
+fn default_dead_letter_topic() -> String {
+    "outbox.dead-letter".into()
 }
 
 /// How an event becomes a Kafka record.
@@ -255,6 +265,16 @@ pub struct KafkaConfig {
     /// `security.protocol`, `sasl.password`). `acks` and `enable.idempotence` are fixed.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+}
+
+impl KafkaConfig {
+    /// The producer's record size limit (librdkafka `message.max.bytes`).
+    pub fn max_message_bytes(&self) -> usize {
+        self.properties
+            .get("message.max.bytes")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000)
+    }
 }
 
 impl Default for KafkaConfig {
@@ -379,6 +399,8 @@ impl Config {
                 ));
             }
         }
+        crate::route::check_topic(&self.outbox.dead_letter_topic)
+            .map_err(|e| format!("outbox.dead_letter_topic: {e}"))?;
         if let Some(addr) = self.monitor.listen_addr() {
             addr.parse::<std::net::SocketAddr>()
                 .map_err(|_| format!("monitor.listen {addr:?} is not IP:PORT (or \"off\")"))?;

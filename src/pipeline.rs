@@ -19,7 +19,7 @@ use tracing::{error, info, warn};
 use crate::checkpoint::{Checkpoint, CheckpointError, CheckpointStore};
 use crate::config::{Config, StartFrom};
 use crate::monitor::Metrics;
-use crate::outbox::{InvalidEvent, Mapper};
+use crate::outbox::{InvalidEvent, Mapper, OnInvalid};
 use crate::route::{Batch, Router};
 use crate::sink::{KafkaSink, Sink, SinkError, StdoutSink};
 use crate::source::{self, server, BinlogReader, Position, SourceError, TableName};
@@ -204,10 +204,12 @@ async fn run_once(
     info!(position = %start, tables = ?config.outbox.tables, "streaming binlog");
 
     let mapper = Mapper::new(config.outbox.columns.clone(), metrics.clone());
-    let router = Router::new(&config.route).map_err(PipelineError::Config)?;
+    let router = Router::new(&config.route, config.kafka.max_message_bytes())
+        .map_err(PipelineError::Config)?;
     let (tx, rx) = mpsc::channel(CHANNEL_TRANSACTIONS);
     let stop_reading = shutdown.child_token();
     let reader_task = tokio::spawn(read_loop(
+        InvalidPolicy::of(config),
         reader,
         mapper,
         router,
@@ -234,6 +236,7 @@ async fn run_once(
 
 /// Source → outbox → route, one committed transaction at a time.
 async fn read_loop(
+    policy: InvalidPolicy,
     mut reader: BinlogReader,
     mapper: Mapper,
     router: Router,
@@ -248,11 +251,57 @@ async fn read_loop(
             txn = reader.next_transaction() => txn?,
         };
         metrics.transaction();
-        let batch = router.route(mapper.map(txn)?)?;
+        let mut batch = router.route(mapper.map(txn));
+        if !batch.invalid.is_empty() {
+            policy.apply(&router, &metrics, &mut batch)?;
+        }
         crash_point!("read.before_send");
         if tx.send(batch).await.is_err() {
             return Ok(()); // the acker stopped; it says why
         }
+    }
+}
+
+/// What to do with rows that cannot be records (`outbox.on_invalid`).
+#[derive(Debug, Clone)]
+pub(crate) struct InvalidPolicy {
+    on_invalid: OnInvalid,
+    dead_letter_topic: String,
+}
+
+impl InvalidPolicy {
+    pub(crate) fn of(config: &Config) -> Self {
+        Self {
+            on_invalid: config.outbox.on_invalid,
+            dead_letter_topic: config.outbox.dead_letter_topic.clone(),
+        }
+    }
+
+    /// Fails on the first invalid row, or dead-letters / skips each one, logged with
+    /// table, position, event id and reason, and counted.
+    pub(crate) fn apply(
+        &self,
+        router: &Router,
+        metrics: &Metrics,
+        batch: &mut Batch,
+    ) -> Result<(), PipelineError> {
+        let policy = self.on_invalid.as_str();
+        for bad in std::mem::take(&mut batch.invalid) {
+            metrics.invalid(policy);
+            match self.on_invalid {
+                OnInvalid::Fail => return Err(PipelineError::Invalid(bad)),
+                OnInvalid::DeadLetter => {
+                    warn!(error = %bad, topic = %self.dead_letter_topic, policy, "invalid outbox row sent to the dead-letter topic");
+                    batch.records.push(router.dead_letter(
+                        &self.dead_letter_topic,
+                        &bad,
+                        batch.commit_time_ms,
+                    ));
+                }
+                OnInvalid::Skip => warn!(error = %bad, policy, "invalid outbox row skipped"),
+            }
+        }
+        Ok(())
     }
 }
 

@@ -15,7 +15,7 @@ use crate::checkpoint::{now_ms, Checkpoint, CheckpointStore};
 use crate::config::Config;
 use crate::monitor::Metrics;
 use crate::outbox::Mapper;
-use crate::pipeline::PipelineError;
+use crate::pipeline::{InvalidPolicy, PipelineError};
 use crate::route::Router;
 use crate::sink::{KafkaSink, Sink};
 use crate::source::{self, server, RowChange, RowOp, TableName, Transaction};
@@ -67,8 +67,10 @@ pub async fn recover(
     let resume_at = server::current_position(&mut conn, flavor).await?;
 
     let metrics = Metrics::default();
-    let mapper = Mapper::new(config.outbox.columns.clone(), metrics);
-    let router = Router::new(&config.route).map_err(PipelineError::Config)?;
+    let mapper = Mapper::new(config.outbox.columns.clone(), metrics.clone());
+    let router = Router::new(&config.route, config.kafka.max_message_bytes())
+        .map_err(PipelineError::Config)?;
+    let policy = InvalidPolicy::of(config);
     let sink = Sink::Kafka(KafkaSink::new(&config.kafka)?);
     let mut events = 0u64;
     for name in &config.outbox.tables {
@@ -94,7 +96,8 @@ pub async fn recover(
                 commit_time_ms: now_ms(),
                 changes,
             };
-            let batch = router.route(mapper.map(txn)?)?;
+            let mut batch = router.route(mapper.map(txn));
+            policy.apply(&router, &metrics, &mut batch)?;
             events += sink.send(batch.records).await?.await? as u64;
         }
         tracing::info!(%table, events, "re-published outbox rows");

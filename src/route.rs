@@ -2,7 +2,7 @@
 //! aggregate id, event id and type as headers, payload bytes unchanged.
 
 use crate::config::RouteConfig;
-use crate::outbox::{InvalidEvent, MappedTransaction, OutboxEvent};
+use crate::outbox::{EventId, InvalidEvent, MappedTransaction, OutboxEvent};
 use crate::source::Position;
 
 /// The placeholder replaced by the route column's value.
@@ -108,6 +108,8 @@ pub struct Batch {
     pub commit_time_ms: i64,
     /// Records in commit order.
     pub records: Vec<Record>,
+    /// Events that cannot be records, for the `on_invalid` policy.
+    pub invalid: Vec<InvalidEvent>,
 }
 
 /// Turns events into records.
@@ -115,30 +117,72 @@ pub struct Batch {
 pub struct Router {
     template: TopicTemplate,
     event_id_header: String,
+    /// Records above this are invalid rows (librdkafka's `message.max.bytes`).
+    max_record_bytes: usize,
 }
 
 impl Router {
-    /// A router for the configured template and header name.
-    pub fn new(cfg: &RouteConfig) -> Result<Self, String> {
+    /// A router for the configured template and header name; records over
+    /// `max_record_bytes` are invalid.
+    pub fn new(cfg: &RouteConfig, max_record_bytes: usize) -> Result<Self, String> {
         Ok(Self {
             template: TopicTemplate::parse(&cfg.topic)?,
             event_id_header: cfg.event_id_header.clone(),
+            max_record_bytes,
         })
     }
 
-    /// Routes every event of a transaction.
-    pub fn route(&self, txn: MappedTransaction) -> Result<Batch, InvalidEvent> {
+    /// Routes every event of a transaction; events that cannot be routed join the
+    /// transaction's invalid rows.
+    pub fn route(&self, txn: MappedTransaction) -> Batch {
         let commit = txn.commit_time_ms;
-        let records = txn
-            .events
-            .into_iter()
-            .map(|e| self.record(e, commit))
-            .collect::<Result<_, _>>()?;
-        Ok(Batch {
+        let mut invalid = txn.invalid;
+        let mut records = Vec::with_capacity(txn.events.len());
+        for e in txn.events {
+            match self.record(e, commit) {
+                Ok(r) => records.push(r),
+                Err(e) => invalid.push(e),
+            }
+        }
+        Batch {
             end: txn.end,
             commit_time_ms: commit,
             records,
-        })
+            invalid,
+        }
+    }
+
+    /// The dead-letter record for an invalid row: raw row, reason and position as JSON,
+    /// the same event id header, keyed by event id.
+    pub fn dead_letter(&self, topic: &str, bad: &InvalidEvent, commit_time_ms: i64) -> Record {
+        let event_id = bad.event_id.clone().unwrap_or(EventId(Vec::new()));
+        let value = serde_json::json!({
+            "table": bad.table.to_string(),
+            "position": bad.position,
+            "event_id": bad.event_id.as_ref().map(|e| e.to_string()),
+            "reason": bad.reason,
+            "row": bad.row,
+        });
+        let mut headers = vec![
+            ("reason".to_string(), bad.reason.clone().into_bytes()),
+            ("position".to_string(), bad.position.clone().into_bytes()),
+            ("table".to_string(), bad.table.to_string().into_bytes()),
+        ];
+        if bad.event_id.is_some() {
+            headers.insert(0, (self.event_id_header.clone(), event_id.0.clone()));
+        }
+        Record {
+            topic: topic.to_string(),
+            key: event_id.0.clone(),
+            value: Some(value.to_string().into_bytes()),
+            headers,
+            timestamp_ms: commit_time_ms,
+            event: EventRef {
+                table: bad.table.clone(),
+                position: bad.position.clone(),
+                id: event_id,
+            },
+        }
     }
 
     fn record(&self, e: OutboxEvent, commit_time_ms: i64) -> Result<Record, InvalidEvent> {
@@ -146,6 +190,14 @@ impl Router {
             .template
             .render(&e.route_value)
             .map_err(|r| InvalidEvent::of(&e, r))?;
+        let size = e.key.len() + e.payload.as_ref().map_or(0, Vec::len) + e.id.0.len();
+        if size > self.max_record_bytes {
+            let reason = format!(
+                "record of {size} bytes exceeds the producer's message.max.bytes ({}); Kafka would reject it",
+                self.max_record_bytes
+            );
+            return Err(InvalidEvent::of(&e, reason));
+        }
         let mut headers = vec![(self.event_id_header.clone(), e.id.0.clone())];
         if let Some(t) = e.event_type {
             headers.push(("type".to_string(), t));

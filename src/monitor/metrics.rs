@@ -22,6 +22,7 @@ struct Inner {
     events_routed: Family<Labels, Counter>,
     events_acked: Counter,
     events_ignored: Family<Labels, Counter>,
+    events_invalid: Family<Labels, Counter>,
     checkpoint_writes: Counter,
     restarts: Counter,
     in_flight: IntGauge,
@@ -62,6 +63,7 @@ impl Default for Metrics {
             events_routed: reg!("events_routed", "Records handed to the sink, by topic", Family::default()),
             events_acked: reg!("events_acked", "Records acknowledged by the sink", Counter::default()),
             events_ignored: reg!("events_ignored", "Outbox rows ignored, by reason (update, delete)", Family::default()),
+            events_invalid: reg!("events_invalid", "Outbox rows that could not be records, by policy (fail, dead-letter, skip)", Family::default()),
             checkpoint_writes: reg!("checkpoint_writes", "Durable checkpoint writes", Counter::default()),
             restarts: reg!("restarts", "Pipeline restarts after transient errors", Counter::default()),
             in_flight: reg!("in_flight_records", "Records sent but not yet acknowledged", IntGauge::default()),
@@ -125,6 +127,13 @@ impl Metrics {
             .get_or_create(&vec![("reason", reason.to_string())])
             .inc_by(n)
             + n
+    }
+    /// Counts an invalid row handled by `policy`.
+    pub fn invalid(&self, policy: &str) {
+        self.0
+            .events_invalid
+            .get_or_create(&vec![("policy", policy.to_string())])
+            .inc();
     }
     /// Counts a restart.
     pub fn restart(&self) {

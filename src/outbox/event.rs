@@ -43,7 +43,8 @@ pub struct OutboxEvent {
     pub timestamp_ms: Option<i64>,
 }
 
-/// A row that cannot become a Kafka record. Never dropped silently: it stops the router.
+/// A row that cannot become a Kafka record. Never dropped silently: the `on_invalid`
+/// policy stops the router (default), dead-letters it or skips it with a log and a count.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("invalid outbox row in {table} at binlog {position}, event id {}: {reason}", event_id.as_ref().map(|e| e.to_string()).unwrap_or_else(|| "unknown".into()))]
 pub struct InvalidEvent {
@@ -55,16 +56,52 @@ pub struct InvalidEvent {
     pub event_id: Option<EventId>,
     /// What is wrong.
     pub reason: String,
+    /// The row as JSON (column → text, `{"base64": …}` or null), for the dead-letter record.
+    pub row: serde_json::Value,
 }
 
 impl InvalidEvent {
     /// An invalid-event error about an already mapped event.
     pub fn of(event: &OutboxEvent, reason: impl Into<String>) -> Self {
+        let text = dead_letter_json;
+        let row = serde_json::json!({
+            "event_id": text(&event.id.0),
+            "route_value": event.route_value,
+            "aggregate_id": text(&event.key),
+            "event_type": event.event_type.as_deref().map(text),
+            "payload": event.payload.as_deref().map(text),
+        });
         Self {
             table: event.table.clone(),
             position: event.position.clone(),
             event_id: Some(event.id.clone()),
             reason: reason.into(),
+            row,
+        }
+    }
+}
+
+/// Longest column value copied into a dead-letter record; a row rejected for its size
+/// must still fit the dead-letter topic.
+const DEAD_LETTER_VALUE_CAP: usize = 64 * 1024;
+
+/// A column value for a dead-letter record: as `bytes_json`, but values over 64 KiB
+/// become `{"truncated_bytes": N, "prefix": …}`.
+pub(crate) fn dead_letter_json(b: &[u8]) -> serde_json::Value {
+    if b.len() > DEAD_LETTER_VALUE_CAP {
+        let prefix = String::from_utf8_lossy(&b[..1024]).into_owned();
+        return serde_json::json!({ "truncated_bytes": b.len(), "prefix": prefix });
+    }
+    bytes_json(b)
+}
+
+/// Text as a JSON string; other bytes as `{"base64": …}`.
+pub fn bytes_json(b: &[u8]) -> serde_json::Value {
+    use base64::Engine;
+    match std::str::from_utf8(b) {
+        Ok(s) => serde_json::Value::String(s.to_string()),
+        Err(_) => {
+            serde_json::json!({ "base64": base64::engine::general_purpose::STANDARD.encode(b) })
         }
     }
 }

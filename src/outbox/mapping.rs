@@ -71,6 +71,8 @@ pub struct MappedTransaction {
     pub commit_time_ms: i64,
     /// Events in commit order.
     pub events: Vec<OutboxEvent>,
+    /// Rows that cannot be events, for the `on_invalid` policy.
+    pub invalid: Vec<InvalidEvent>,
 }
 
 /// Maps outbox rows to events.
@@ -85,15 +87,20 @@ impl Mapper {
         Self { columns, metrics }
     }
 
-    /// Maps every insert of a transaction; updates and deletes are counted and ignored.
-    pub fn map(&self, txn: Transaction) -> Result<MappedTransaction, InvalidEvent> {
+    /// Maps every insert of a transaction; updates and deletes are counted and ignored;
+    /// rows that cannot be events are collected for the policy.
+    pub fn map(&self, txn: Transaction) -> MappedTransaction {
         let mut events = Vec::with_capacity(txn.changes.len());
+        let mut invalid = Vec::new();
         // Ignored rows are reported once per transaction and table, not per row: cleanup
         // jobs delete outbox rows by the million.
         let mut ignored: Vec<(RowOp, std::sync::Arc<crate::source::TableName>, u64)> = Vec::new();
         for change in txn.changes {
             match change.op {
-                RowOp::Insert => events.push(self.map_row(&txn.end.file, change)?),
+                RowOp::Insert => match self.map_row(&txn.end.file, change) {
+                    Ok(e) => events.push(e),
+                    Err(e) => invalid.push(e),
+                },
                 op => match ignored
                     .iter_mut()
                     .find(|(o, t, _)| *o == op && *t == change.table)
@@ -110,11 +117,12 @@ impl Mapper {
                 "ignored {op} rows on an outbox table: the outbox is append-only, only INSERTs are published"
             );
         }
-        Ok(MappedTransaction {
+        MappedTransaction {
             end: txn.end,
             commit_time_ms: txn.commit_time_ms,
             events,
-        })
+            invalid,
+        }
     }
 
     fn map_row(
@@ -128,6 +136,7 @@ impl Mapper {
             position: position.clone(),
             event_id,
             reason,
+            row: change.row.as_ref().map(row_json).unwrap_or_default(),
         };
         let Some(row) = change.row.as_ref() else {
             return Err(invalid(
@@ -156,9 +165,22 @@ impl Mapper {
                 c.aggregate_type
             ))
         })?;
+        if route_value.is_empty() {
+            return Err(invalid(format!(
+                "route column {:?} is empty",
+                c.aggregate_type
+            )));
+        }
         let key = column(row, &c.aggregate_id)
             .map_err(&invalid)?
             .ok_or_else(|| invalid(format!("key column {:?} is NULL", c.aggregate_id)))?;
+        // Consumers (and Debezium) treat keys as text; a binary key would not compare.
+        if std::str::from_utf8(&key).is_err() {
+            return Err(invalid(format!(
+                "key column {:?} is not valid UTF-8",
+                c.aggregate_id
+            )));
+        }
         let payload = column(row, &c.payload).map_err(&invalid)?;
         // The event type is optional: tables without the column simply get no header.
         let event_type = match find(row, &c.event_type) {
@@ -192,6 +214,26 @@ impl Mapper {
             timestamp_ms,
         })
     }
+}
+
+/// The whole row as JSON, for dead-letter records.
+fn row_json(row: &BinlogRow) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for (i, col) in row.columns_ref().iter().enumerate() {
+        let value = match row.as_ref(i).map(value::to_bytes) {
+            Some(Ok(Some(b))) => super::dead_letter_json(&b),
+            Some(Err(e)) => serde_json::json!({ "undecodable": e }),
+            _ => serde_json::Value::Null,
+        };
+        let name = col.name_str();
+        let name = if name.is_empty() {
+            format!("@{}", i + 1)
+        } else {
+            name.into_owned()
+        };
+        out.insert(name, value);
+    }
+    serde_json::Value::Object(out)
 }
 
 fn find(row: &BinlogRow, name: &str) -> Option<usize> {

@@ -4,7 +4,10 @@
 
 mod event;
 mod mapping;
+mod policy;
 mod value;
 
-pub use event::{EventId, InvalidEvent, OutboxEvent};
+pub(crate) use event::dead_letter_json;
+pub use event::{bytes_json, EventId, InvalidEvent, OutboxEvent};
 pub use mapping::{ColumnMapping, MappedTransaction, Mapper};
+pub use policy::OnInvalid;

@@ -2,9 +2,10 @@
 
 use std::io::Write;
 
-use base64::Engine;
 use futures::FutureExt;
 use serde_json::{json, Map, Value};
+
+use crate::outbox::bytes_json;
 
 use super::{Delivery, SinkError};
 use crate::route::Record;
@@ -12,14 +13,6 @@ use crate::route::Record;
 /// Writes records as JSON lines.
 #[derive(Default)]
 pub struct StdoutSink;
-
-/// Text as a JSON string; other bytes as `{"base64": …}`.
-fn bytes_json(b: &[u8]) -> Value {
-    match std::str::from_utf8(b) {
-        Ok(s) => Value::String(s.to_string()),
-        Err(_) => json!({ "base64": base64::engine::general_purpose::STANDARD.encode(b) }),
-    }
-}
 
 impl StdoutSink {
     pub(super) fn send(&self, records: Vec<Record>) -> Result<Delivery, SinkError> {

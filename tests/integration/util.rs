@@ -153,6 +153,8 @@ pub struct RouterSetup {
     pub kafka_properties: Vec<(String, String)>,
     /// Extra TOML appended to the generated config.
     pub extra_toml: String,
+    /// Extra keys of the [outbox] section.
+    pub outbox_toml: String,
 }
 
 impl RouterSetup {
@@ -169,6 +171,7 @@ impl RouterSetup {
             source_port: mariadb_port(),
             kafka_properties: Vec::new(),
             extra_toml: String::new(),
+            outbox_toml: String::new(),
         }
     }
 
@@ -193,6 +196,7 @@ heartbeat_secs = 1
 
 [outbox]
 tables = [{tables}]
+{outbox_extra}
 
 [outbox.columns]
 event_id = "event_id"
@@ -224,6 +228,7 @@ interval_secs = 1
 {extra}
 "#,
             monitor_port = self.monitor_port,
+            outbox_extra = self.outbox_toml,
             kafka_properties = self
                 .kafka_properties
                 .iter()
