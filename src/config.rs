@@ -177,6 +177,27 @@ pub struct SourceConfig {
     /// Seconds to wait for a connection.
     #[serde(default = "default_connect_timeout_secs")]
     pub connect_timeout_secs: u64,
+    /// TLS to the server: `disabled`, `required` (encrypted, certificate not checked),
+    /// `verify_ca` (signed by `tls_ca_file`) or `verify_identity` (also matches `host`).
+    #[serde(default)]
+    pub tls_mode: TlsMode,
+    /// PEM file of the CA that signed the server's certificate.
+    pub tls_ca_file: Option<PathBuf>,
+}
+
+/// How the connection to the source server is secured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TlsMode {
+    /// Plain TCP.
+    #[default]
+    Disabled,
+    /// Encrypted; the certificate is not verified.
+    Required,
+    /// Encrypted; the certificate must be signed by the configured CA.
+    VerifyCa,
+    /// Encrypted; signed by the CA and issued for `host`.
+    VerifyIdentity,
 }
 
 /// Where streaming starts when no checkpoint exists yet.
@@ -384,6 +405,15 @@ impl Config {
         if self.source.server_id == 0 {
             return Err(
                 "source.server_id must be non-zero and unique among the server's replicas".into(),
+            );
+        }
+        if matches!(
+            self.source.tls_mode,
+            TlsMode::VerifyCa | TlsMode::VerifyIdentity
+        ) && self.source.tls_ca_file.is_none()
+        {
+            return Err(
+                "source.tls_mode verify_ca / verify_identity needs source.tls_ca_file".into(),
             );
         }
         if self.source.password_env.is_some() && self.source.password_file.is_some() {

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use mysql_async::{Conn, OptsBuilder};
+use mysql_async::{Conn, OptsBuilder, SslOpts};
 
-use crate::config::{ConfigError, SourceConfig};
+use crate::config::{ConfigError, SourceConfig, TlsMode};
 
 use super::Position;
 
@@ -84,7 +84,8 @@ pub async fn connect(cfg: &SourceConfig) -> Result<Conn, SourceError> {
         .tcp_port(cfg.port)
         .user(Some(cfg.user.clone()))
         .pass(password.as_ref().map(|p| p.expose().to_string()))
-        .prefer_socket(false);
+        .prefer_socket(false)
+        .ssl_opts(ssl_opts(cfg));
     let secs = cfg.connect_timeout_secs.max(1);
     match tokio::time::timeout(Duration::from_secs(secs), Conn::new(opts)).await {
         Ok(Ok(conn)) => Ok(conn),
@@ -99,5 +100,19 @@ pub async fn connect(cfg: &SourceConfig) -> Result<Conn, SourceError> {
             port: cfg.port,
             secs,
         }),
+    }
+}
+
+/// TLS options for the configured mode.
+fn ssl_opts(cfg: &SourceConfig) -> Option<SslOpts> {
+    let with_ca = || {
+        let roots = cfg.tls_ca_file.iter().map(|p| p.clone().into()).collect();
+        SslOpts::default().with_root_certs(roots)
+    };
+    match cfg.tls_mode {
+        TlsMode::Disabled => None,
+        TlsMode::Required => Some(SslOpts::default().with_danger_accept_invalid_certs(true)),
+        TlsMode::VerifyCa => Some(with_ca().with_danger_skip_domain_validation(true)),
+        TlsMode::VerifyIdentity => Some(with_ca()),
     }
 }

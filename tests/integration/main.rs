@@ -6,6 +6,7 @@ mod checkpoint_torture;
 #[cfg(feature = "failpoints")]
 mod crash;
 mod outage;
+mod security;
 mod util;
 
 use std::collections::{HashMap, HashSet};

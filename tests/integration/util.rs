@@ -155,6 +155,10 @@ pub struct RouterSetup {
     pub extra_toml: String,
     /// Extra keys of the [outbox] section.
     pub outbox_toml: String,
+    /// Extra keys of the [source] section.
+    pub source_toml: String,
+    /// Kafka bootstrap servers for the router.
+    pub kafka_bootstrap: String,
 }
 
 impl RouterSetup {
@@ -172,6 +176,8 @@ impl RouterSetup {
             kafka_properties: Vec::new(),
             extra_toml: String::new(),
             outbox_toml: String::new(),
+            source_toml: String::new(),
+            kafka_bootstrap: kafka_bootstrap(),
         }
     }
 
@@ -193,6 +199,7 @@ password_env = "IT_CDC_PASSWORD"
 server_id = {server_id}
 start = "{start}"
 heartbeat_secs = 1
+{source_extra}
 
 [outbox]
 tables = [{tables}]
@@ -229,6 +236,7 @@ interval_secs = 1
 "#,
             monitor_port = self.monitor_port,
             outbox_extra = self.outbox_toml,
+            source_extra = self.source_toml,
             kafka_properties = self
                 .kafka_properties
                 .iter()
@@ -240,7 +248,7 @@ interval_secs = 1
             start = self.start,
             tables = tables.join(", "),
             prefix = self.topic_prefix,
-            bootstrap = kafka_bootstrap(),
+            bootstrap = self.kafka_bootstrap,
             cp = self.dir.path().join("checkpoint").display(),
             flush = self.flush_interval_ms,
         );
@@ -594,4 +602,28 @@ impl Drop for CutProxy {
         self.cut();
         self.accept.abort();
     }
+}
+
+/// Runs SQL as root over the local socket (works even with require_secure_transport).
+pub fn root_sql(sql: &str) {
+    let local = std::env::var("OUTBOX_LOCAL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join(".local"));
+    let status = Command::new("mariadb")
+        .arg(format!(
+            "--defaults-file={}",
+            local.join("mariadb/my.cnf").display()
+        ))
+        .args(["-uroot", "-e", sql])
+        .status()
+        .unwrap();
+    assert!(status.success(), "root SQL failed: {sql}");
+}
+
+/// The local CA certificate that signed MariaDB's server certificate.
+pub fn mariadb_ca() -> PathBuf {
+    let local = std::env::var("OUTBOX_LOCAL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join(".local"));
+    local.join("mariadb/tls/ca.pem")
 }

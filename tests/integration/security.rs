@@ -1,0 +1,137 @@
+//! TLS to MariaDB, SASL/PLAIN to Kafka, and secrets kept out of every output.
+
+use std::time::Duration;
+
+use crate::util::*;
+
+/// Turns `require_secure_transport` off again even if the test fails.
+struct SecureTransport;
+
+impl SecureTransport {
+    fn require() -> Self {
+        root_sql("SET GLOBAL require_secure_transport = ON");
+        SecureTransport
+    }
+}
+
+impl Drop for SecureTransport {
+    fn drop(&mut self) {
+        root_sql("SET GLOBAL require_secure_transport = OFF");
+    }
+}
+
+/// With require_secure_transport, a router verifying the server certificate streams;
+/// one without TLS is refused with an error that names the server and hides the password.
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_to_mariadb_under_require_secure_transport() {
+    let _settings = SERVER_SETTINGS.write().await;
+    let (db, server_id) = unique("tls");
+    let mut conn = app_conn().await;
+    outbox_db(&mut conn, &db).await;
+    let mut setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    let events: Vec<Ev> = (0..20)
+        .map(|i| Ev::new(format!("tls-{i}"), "Order", "a", "{}"))
+        .collect();
+    insert_txn(&mut conn, &db, &events).await;
+    drop(conn);
+
+    let _tls = SecureTransport::require();
+    let plain = setup.cli(&["validate"]);
+    let text = String::from_utf8_lossy(&plain.stdout).to_string();
+    assert_eq!(plain.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("FAIL  source connection") && text.contains("127.0.0.1"),
+        "{text}"
+    );
+    assert!(!text.contains("cdc-secret"), "password leaked:\n{text}");
+
+    setup.source_toml = format!(
+        "tls_mode = \"verify_identity\"\ntls_ca_file = {:?}\n",
+        mariadb_ca()
+    );
+    let mut router = setup.start_router();
+    assert_eq!(
+        wait_for_count(&[setup.topic("Order")], 20, Duration::from_secs(60)),
+        20,
+        "{}",
+        router.log()
+    );
+    let log = router.log();
+    assert!(router.stop(Duration::from_secs(30)).success(), "{log}");
+    assert!(!log.contains("cdc-secret"), "password leaked:\n{log}");
+}
+
+/// The producer authenticates with SASL/PLAIN on the broker's second listener through
+/// passed-through librdkafka properties; a wrong password is reported, never printed.
+#[tokio::test(flavor = "multi_thread")]
+async fn kafka_sasl_plain_through_passed_properties() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (db, server_id) = unique("sasl");
+    let mut conn = app_conn().await;
+    outbox_db(&mut conn, &db).await;
+    let mut setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    let sasl_port: u16 = kafka_bootstrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse::<u16>()
+        .unwrap()
+        + 2;
+    setup.kafka_bootstrap = format!("127.0.0.1:{sasl_port}");
+    let sasl = |password: &str| {
+        vec![
+            (
+                "security.protocol".to_string(),
+                "SASL_PLAINTEXT".to_string(),
+            ),
+            ("sasl.mechanism".to_string(), "PLAIN".to_string()),
+            ("sasl.username".to_string(), "alice".to_string()),
+            ("sasl.password".to_string(), password.to_string()),
+        ]
+    };
+
+    setup.kafka_properties = sasl("wrong-secret");
+    let out = setup.cli(&["validate"]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("FAIL  kafka"), "{text}");
+    assert!(!text.contains("wrong-secret"), "password leaked:\n{text}");
+
+    setup.kafka_properties = sasl("alice-secret");
+    let out = setup.cli(&["validate"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    insert_txn(
+        &mut conn,
+        &db,
+        &[
+            Ev::new("sasl-1", "Order", "a", "{}"),
+            Ev::new("sasl-2", "Order", "b", "{}"),
+        ],
+    )
+    .await;
+    let mut router = setup.start_router();
+    assert_eq!(
+        wait_for_count(&[setup.topic("Order")], 2, Duration::from_secs(60)),
+        2,
+        "{}",
+        router.log()
+    );
+    let log = router.log();
+    assert!(router.stop(Duration::from_secs(30)).success(), "{log}");
+    for secret in ["alice-secret", "cdc-secret"] {
+        assert!(!log.contains(secret), "{secret} leaked:\n{log}");
+    }
+    let status = String::from_utf8(setup.cli(&["status", "--json"]).stdout).unwrap();
+    assert!(
+        !status.contains("alice-secret") && !status.contains("cdc-secret"),
+        "{status}"
+    );
+}
