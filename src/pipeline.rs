@@ -93,7 +93,14 @@ pub async fn run(
             })?;
     }
     let watcher = crate::monitor::watch(config, metrics.clone(), monitor_stop.clone());
-    let supervised = supervise(config, &store, sink_kind, &shutdown, &metrics);
+    let ctx = Ctx {
+        config,
+        store: &store,
+        sink_kind,
+        shutdown: &shutdown,
+        metrics: &metrics,
+    };
+    let supervised = supervise(&ctx);
     let result = tokio::select! {
         r = supervised => r,
         _ = watcher => Err(PipelineError::Internal("monitor stopped unexpectedly".into())),
@@ -102,18 +109,24 @@ pub async fn run(
     result
 }
 
-/// Restarts `run_once` after transient errors, with backoff.
-async fn supervise(
-    config: &Config,
-    store: &CheckpointStore,
+/// What every run of the pipeline shares.
+struct Ctx<'a> {
+    config: &'a Config,
+    store: &'a CheckpointStore,
     sink_kind: SinkKind,
-    shutdown: &CancellationToken,
-    metrics: &Metrics,
-) -> Result<(), PipelineError> {
+    shutdown: &'a CancellationToken,
+    metrics: &'a Metrics,
+}
+
+/// Restarts `run_once` after transient errors, with backoff.
+async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
+    let Ctx {
+        shutdown, metrics, ..
+    } = *ctx;
     let mut delay = Duration::from_millis(500);
     loop {
         let started = Instant::now();
-        let result = run_once(config, store, sink_kind, shutdown, metrics).await;
+        let result = run_once(ctx).await;
         metrics.set_connected(false);
         let snapshot = metrics.snapshot();
         match result {
@@ -163,13 +176,14 @@ async fn start_position(
     Ok(checkpoint)
 }
 
-async fn run_once(
-    config: &Config,
-    store: &CheckpointStore,
-    sink_kind: SinkKind,
-    shutdown: &CancellationToken,
-    metrics: &Metrics,
-) -> Result<(), PipelineError> {
+async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
+    let Ctx {
+        config,
+        store,
+        sink_kind,
+        shutdown,
+        metrics,
+    } = *ctx;
     let mut conn = source::connect(&config.source).await?;
     let flavor = server::flavor(&mut conn).await?;
     let problems = server::settings_problems(&mut conn).await?;

@@ -22,6 +22,23 @@ pub async fn retention_secs(conn: &mut Conn) -> Result<Option<u64>, SourceError>
     Ok((days > 0.0).then_some((days * 86_400.0) as u64))
 }
 
+/// MariaDB 11.4+ `max_binlog_total_size`: the oldest files are purged once all binlogs
+/// together exceed it. `None` when unset or unknown.
+pub async fn size_limit(conn: &mut Conn) -> Result<Option<u64>, SourceError> {
+    let limit = server::variable(conn, "max_binlog_total_size").await?;
+    Ok(limit
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|l| *l > 0))
+}
+
+/// Bytes the server may still write before the size limit purges the checkpoint's file:
+/// the limit minus everything from that file to the end.
+pub fn size_headroom(checkpoint: &Position, files: &[BinlogFileInfo], limit: u64) -> Option<i64> {
+    let start = files.iter().position(|f| f.file == checkpoint.file)?;
+    let kept: u64 = files[start..].iter().map(|f| f.size).sum();
+    Some(limit as i64 - kept as i64)
+}
+
 /// How long until the checkpoint's binlog file may be purged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Runway {
@@ -113,6 +130,13 @@ mod tests {
             runway(&in_current, 0, &files(), &current, Some(day), now),
             Runway::Seconds(day as i64)
         );
+    }
+
+    #[test]
+    fn size_headroom_counts_from_the_checkpoint_file() {
+        let cp: Position = "mysql-bin.000002:500".parse().unwrap();
+        assert_eq!(size_headroom(&cp, &files(), 5000), Some(3000));
+        assert_eq!(size_headroom(&cp, &files(), 1500), Some(-500));
     }
 
     #[test]

@@ -66,6 +66,13 @@ pub struct Status {
     pub retention_secs: Option<u64>,
     /// Seconds until the checkpoint's file may be purged; `None`: unbounded.
     pub runway_secs: Option<i64>,
+    /// MariaDB `max_binlog_total_size`, when set.
+    #[serde(default)]
+    pub size_limit_bytes: Option<u64>,
+    /// Binlog bytes the server may still write before the size limit purges the
+    /// checkpoint's file.
+    #[serde(default)]
+    pub size_headroom_bytes: Option<i64>,
     /// The checkpoint's file is already gone.
     pub purged: bool,
     /// The verdict.
@@ -95,6 +102,7 @@ pub async fn observe(
     let current = server::current_position(conn, flavor).await?;
     let files = server::binary_logs(conn).await?;
     let retention_secs = retention::retention_secs(conn).await?;
+    let size_limit_bytes = retention::size_limit(conn).await?;
     let now = now_ms();
     let mut status = Status {
         router: if running { "running" } else { "stopped" }.into(),
@@ -106,12 +114,16 @@ pub async fn observe(
         lag_ms: None,
         retention_secs,
         runway_secs: None,
+        size_limit_bytes,
+        size_headroom_bytes: None,
         purged: false,
         verdict: Verdict::Ok,
         reasons: Vec::new(),
         budget: None,
     };
     if let Some(cp) = checkpoint {
+        status.size_headroom_bytes =
+            size_limit_bytes.and_then(|l| retention::size_headroom(&cp.position, &files, l));
         status.bytes_behind = retention::bytes_behind(&cp.position, &files, &current);
         // With GTIDs, "nothing committed since the checkpoint" is exact; bytes alone also
         // count rotation and heartbeat bytes that hold no transaction.
@@ -184,6 +196,16 @@ impl Status {
                 );
             }
         }
+        if let (Some(headroom), Some(limit)) = (self.size_headroom_bytes, self.size_limit_bytes) {
+            let share = headroom as f64 / limit.max(1) as f64;
+            let text =
+                format!("binlog size headroom {headroom} of {limit} bytes (max_binlog_total_size)");
+            if share < t.runway_critical_ratio {
+                raise(Verdict::Critical, text);
+            } else if share < t.runway_warn_ratio {
+                raise(Verdict::Warning, text);
+            }
+        }
         if let Some(lag) = self.lag_ms {
             if lag > t.lag_critical_ms {
                 raise(
@@ -238,6 +260,8 @@ mod tests {
             lag_ms: Some(10),
             retention_secs: Some(72 * 3600),
             runway_secs: Some(60 * 3600),
+            size_limit_bytes: None,
+            size_headroom_bytes: None,
             purged: false,
             verdict: Verdict::Ok,
             reasons: vec![],

@@ -271,10 +271,7 @@ async fn invalid_rows_skipped_are_logged_and_counted() {
 /// Config mistakes stop the router at start, naming the file, the line and the fix.
 #[tokio::test(flavor = "multi_thread")]
 async fn config_errors_name_file_line_and_fix() {
-    let (db, server_id) = unique("config");
-    let mut conn = app_conn().await;
-    outbox_db(&mut conn, &db).await;
-    let mut setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    let (_conn, mut setup) = fresh("config").await;
     setup.outbox_toml = "bogus_key = 1\n".into();
     let out = setup.cli(&["validate"]);
     let err = String::from_utf8_lossy(&out.stderr).to_string();

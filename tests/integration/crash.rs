@@ -55,16 +55,14 @@ impl Lcg {
 /// clean run; checks 0 lost, duplicates identical, per-key order; returns duplicates.
 async fn crash_cycles(name: &str, point: &str, lo: u64, hi: u64) -> usize {
     let _settings = SERVER_SETTINGS.read().await;
-    let (db, server_id) = unique(name);
-    let mut conn = app_conn().await;
-    outbox_db(&mut conn, &db).await;
-    let mut setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    let (_conn, mut setup) = fresh(name).await;
+    let db = setup.db.clone();
     setup.flush_interval_ms = 20;
     let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
     write_mixed(&db, 0, EVENTS, 50).await;
     let mut events = EVENTS;
 
-    let mut rng = Lcg(u64::from(server_id));
+    let mut rng = Lcg(u64::from(setup.server_id));
     let mut crashes = 0;
     while crashes < CYCLES {
         let spec = format!("{point}={}*off->return", rng.between(lo, hi));
@@ -90,17 +88,7 @@ async fn crash_cycles(name: &str, point: &str, lo: u64, hi: u64) -> usize {
         }
     }
     let mut router = setup.start_router();
-    assert!(
-        wait_for_count(&topics, events as i64, Duration::from_secs(120)) >= events as i64,
-        "{}",
-        router.log()
-    );
-    std::thread::sleep(Duration::from_secs(1));
-    assert!(
-        router.stop(Duration::from_secs(30)).success(),
-        "{}",
-        router.log()
-    );
+    drain_and_stop(&mut router, &topics, events);
     let duplicates = check_stream(&topics, events);
     println!(
         "crash point {point}: cycles={crashes} events={events} lost=0 duplicates={duplicates}"

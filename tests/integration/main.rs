@@ -24,10 +24,8 @@ pub(crate) const TYPES: [&str; 3] = ["Order", "Payment", "User"];
 #[tokio::test(flavor = "multi_thread")]
 async fn events_are_routed_with_key_header_and_exact_payload() {
     let _settings = SERVER_SETTINGS.read().await;
-    let (db, server_id) = unique("route");
-    let mut conn = app_conn().await;
-    outbox_db(&mut conn, &db).await;
-    let setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    let (mut conn, setup) = fresh("route").await;
+    let db = setup.db.clone();
 
     let mut expected: Vec<Ev> = Vec::new();
     // A multi-row INSERT of 40 events over all aggregate types.
@@ -289,10 +287,8 @@ pub(crate) fn check_stream(topics: &[String], expected: usize) -> usize {
 #[tokio::test(flavor = "multi_thread")]
 async fn graceful_stop_and_restart_delivers_exactly_once() {
     let _settings = SERVER_SETTINGS.read().await;
-    let (db, server_id) = unique("graceful");
-    let mut conn = app_conn().await;
-    outbox_db(&mut conn, &db).await;
-    let setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    let (_conn, setup) = fresh("graceful").await;
+    let db = setup.db.clone();
     let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
 
     let writer = tokio::spawn(write_stream(db.clone(), 0, 60, 50, 20));
@@ -309,14 +305,7 @@ async fn graceful_stop_and_restart_delivers_exactly_once() {
 
     let mut router = setup.start_router();
     let total = 80 * 50;
-    assert_eq!(
-        wait_for_count(&topics, total as i64, Duration::from_secs(90)),
-        total as i64,
-        "{}",
-        router.log()
-    );
-    std::thread::sleep(Duration::from_secs(2));
-    assert!(router.stop(Duration::from_secs(30)).success());
+    drain_and_stop(&mut router, &topics, total);
     assert_eq!(
         check_stream(&topics, total),
         0,
@@ -329,10 +318,8 @@ async fn graceful_stop_and_restart_delivers_exactly_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn kill9_mid_stream_loses_nothing() {
     let _settings = SERVER_SETTINGS.read().await;
-    let (db, server_id) = unique("kill9");
-    let mut conn = app_conn().await;
-    outbox_db(&mut conn, &db).await;
-    let setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    let (_conn, setup) = fresh("kill9").await;
+    let db = setup.db.clone();
     let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
 
     let (batches, size) = (200, 100);
@@ -345,13 +332,7 @@ async fn kill9_mid_stream_loses_nothing() {
     writer.await.unwrap();
     let mut router = setup.start_router();
     let total = batches * size;
-    assert!(
-        wait_for_count(&topics, total as i64, Duration::from_secs(120)) >= total as i64,
-        "{}",
-        router.log()
-    );
-    std::thread::sleep(Duration::from_secs(2));
-    assert!(router.stop(Duration::from_secs(30)).success());
+    drain_and_stop(&mut router, &topics, total);
     check_stream(&topics, total);
 }
 
@@ -397,10 +378,8 @@ async fn unrelated_traffic_advances_checkpoint() {
 #[tokio::test(flavor = "multi_thread")]
 async fn unroutable_row_stops_with_position_and_event_id() {
     let _settings = SERVER_SETTINGS.read().await;
-    let (db, server_id) = unique("unroutable");
-    let mut conn = app_conn().await;
-    outbox_db(&mut conn, &db).await;
-    let setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    let (mut conn, setup) = fresh("unroutable").await;
+    let db = setup.db.clone();
     let good: Vec<Ev> = (0..5)
         .map(|i| Ev::new(format!("g-{i}"), "Order", "a", "{}"))
         .collect();
@@ -471,10 +450,8 @@ impl Drop for RestoreGlobal {
 #[tokio::test(flavor = "multi_thread")]
 async fn validate_reports_wrong_binlog_settings() {
     let _settings = SERVER_SETTINGS.write().await;
-    let (db, server_id) = unique("validate");
-    let mut conn = app_conn().await;
-    outbox_db(&mut conn, &db).await;
-    let setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    let (mut conn, setup) = fresh("validate").await;
+    let _db = setup.db.clone();
     let ok = setup.cli(&["validate"]);
     assert!(
         ok.status.success(),
@@ -505,10 +482,8 @@ async fn validate_reports_wrong_binlog_settings() {
 #[tokio::test(flavor = "multi_thread")]
 async fn purged_binlog_is_refused_and_recovered_from_the_table() {
     let _settings = SERVER_SETTINGS.write().await;
-    let (db, server_id) = unique("purged");
-    let mut conn = app_conn().await;
-    outbox_db(&mut conn, &db).await;
-    let setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    let (mut conn, setup) = fresh("purged").await;
+    let db = setup.db.clone();
     let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
 
     // One event per transaction so each row has its own created_at (recovery order).
@@ -605,10 +580,8 @@ fn metric(text: &str, name: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_health_and_status_report_the_stream() {
     let _settings = SERVER_SETTINGS.read().await;
-    let (db, server_id) = unique("metrics");
-    let mut conn = app_conn().await;
-    outbox_db(&mut conn, &db).await;
-    let setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    let (mut conn, setup) = fresh("metrics").await;
+    let db = setup.db.clone();
     let port = setup.monitor_port;
     let mut router = setup.start_router();
     wait_http_ok(port, "/ready", Duration::from_secs(30)).await;

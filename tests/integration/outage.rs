@@ -11,10 +11,8 @@ use crate::{check_stream, write_stream, TYPES};
 #[tokio::test(flavor = "multi_thread")]
 async fn kafka_broker_killed_and_restarted() {
     let _settings = SERVER_SETTINGS.write().await;
-    let (db, server_id) = unique("kafka_down");
-    let mut conn = app_conn().await;
-    outbox_db(&mut conn, &db).await;
-    let mut setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    let (_conn, mut setup) = fresh("kafka_down").await;
+    let db = setup.db.clone();
     setup
         .kafka_properties
         .push(("message.timeout.ms".into(), "5000".into()));
@@ -36,14 +34,7 @@ async fn kafka_broker_killed_and_restarted() {
         );
     }
     let total = 120 * 50;
-    assert!(
-        wait_for_count(&topics, total as i64, Duration::from_secs(120)) >= total as i64,
-        "{}",
-        router.log()
-    );
-    std::thread::sleep(Duration::from_secs(1));
-    let log = router.log();
-    assert!(router.stop(Duration::from_secs(30)).success(), "{log}");
+    let log = drain_and_stop(&mut router, &topics, total);
     assert!(
         log.contains("resuming from the last checkpoint"),
         "the long outage should restart the pipeline:\n{log}"
@@ -57,10 +48,8 @@ async fn kafka_broker_killed_and_restarted() {
 #[tokio::test(flavor = "multi_thread")]
 async fn mariadb_restarted_mid_stream() {
     let _settings = SERVER_SETTINGS.write().await;
-    let (db, server_id) = unique("db_restart");
-    let mut conn = app_conn().await;
-    outbox_db(&mut conn, &db).await;
-    let setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    let (conn, setup) = fresh("db_restart").await;
+    let db = setup.db.clone();
     let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
 
     write_stream(db.clone(), 0, 100, 50, 20).await;
@@ -72,14 +61,7 @@ async fn mariadb_restarted_mid_stream() {
     services("up", "mariadb");
     write_stream(db.clone(), 100, 40, 50, 20).await;
     let total = 140 * 50;
-    assert!(
-        wait_for_count(&topics, total as i64, Duration::from_secs(120)) >= total as i64,
-        "{}",
-        router.log()
-    );
-    std::thread::sleep(Duration::from_secs(1));
-    let log = router.log();
-    assert!(router.stop(Duration::from_secs(30)).success(), "{log}");
+    let log = drain_and_stop(&mut router, &topics, total);
     assert!(
         log.contains("resuming from the last checkpoint"),
         "no reconnect logged:\n{log}"
@@ -110,14 +92,7 @@ async fn connections_cut_by_a_proxy() {
     }
     writer.await.unwrap();
     let total = 150 * 40;
-    assert!(
-        wait_for_count(&topics, total as i64, Duration::from_secs(120)) >= total as i64,
-        "{}",
-        router.log()
-    );
-    std::thread::sleep(Duration::from_secs(1));
-    let log = router.log();
-    assert!(router.stop(Duration::from_secs(30)).success(), "{log}");
+    let log = drain_and_stop(&mut router, &topics, total);
     assert!(cuts >= 3, "only {cuts} connections were cut");
     assert!(
         log.contains("resuming from the last checkpoint"),

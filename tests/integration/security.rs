@@ -25,10 +25,8 @@ impl Drop for SecureTransport {
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_to_mariadb_under_require_secure_transport() {
     let _settings = SERVER_SETTINGS.write().await;
-    let (db, server_id) = unique("tls");
-    let mut conn = app_conn().await;
-    outbox_db(&mut conn, &db).await;
-    let mut setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    let (mut conn, mut setup) = fresh("tls").await;
+    let db = setup.db.clone();
     let events: Vec<Ev> = (0..20)
         .map(|i| Ev::new(format!("tls-{i}"), "Order", "a", "{}"))
         .collect();
@@ -66,10 +64,8 @@ async fn tls_to_mariadb_under_require_secure_transport() {
 #[tokio::test(flavor = "multi_thread")]
 async fn kafka_sasl_plain_through_passed_properties() {
     let _settings = SERVER_SETTINGS.read().await;
-    let (db, server_id) = unique("sasl");
-    let mut conn = app_conn().await;
-    outbox_db(&mut conn, &db).await;
-    let mut setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    let (mut conn, mut setup) = fresh("sasl").await;
+    let db = setup.db.clone();
     let sasl_port: u16 = kafka_bootstrap()
         .rsplit(':')
         .next()

@@ -87,6 +87,31 @@ pub async fn outbox_db(conn: &mut Conn, db: &str) {
     .unwrap();
 }
 
+/// A fresh outbox database and a router setup starting at the current binlog position.
+pub async fn fresh(name: &str) -> (Conn, RouterSetup) {
+    let (db, server_id) = unique(name);
+    let mut conn = app_conn().await;
+    outbox_db(&mut conn, &db).await;
+    let setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    (conn, setup)
+}
+
+/// Waits until the topics hold `total` events, then stops the router gracefully;
+/// returns its log.
+pub fn drain_and_stop(router: &mut RouterProcess, topics: &[String], total: usize) -> String {
+    let seen = wait_for_count(topics, total as i64, Duration::from_secs(120));
+    assert!(
+        seen >= total as i64,
+        "only {seen} of {total} events arrived:\n{}",
+        router.log()
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let status = router.stop(Duration::from_secs(30));
+    let log = router.log();
+    assert!(status.success(), "graceful stop failed ({status}):\n{log}");
+    log
+}
+
 /// One outbox row to insert.
 #[derive(Clone, Debug)]
 pub struct Ev {
