@@ -248,6 +248,10 @@ pub struct OutboxConfig {
     /// Topic for dead-lettered rows.
     #[serde(default = "default_dead_letter_topic")]
     pub dead_letter_topic: String,
+    /// Debezium Outbox Event Router options by their Debezium names (e.g.
+    /// `"table.fields.additional.placement"`); when present they replace `columns` and
+    /// `route.topic`, with Debezium's defaults.
+    pub event_router: Option<BTreeMap<String, String>>,
 }
 
 fn default_dead_letter_topic() -> String {
@@ -435,9 +439,20 @@ impl Config {
             addr.parse::<std::net::SocketAddr>()
                 .map_err(|_| format!("monitor.listen {addr:?} is not IP:PORT (or \"off\")"))?;
         }
-        crate::route::TopicTemplate::parse(&self.route.topic)
-            .map_err(|e| format!("route.topic: {e}"))?;
+        self.rules()?;
         Ok(())
+    }
+}
+
+impl Config {
+    /// The event rules: Debezium options when given, else the native columns and topic.
+    pub fn rules(&self) -> Result<crate::outbox::Rules, String> {
+        match &self.outbox.event_router {
+            Some(options) => crate::outbox::Rules::from_debezium(options)
+                .map_err(|e| format!("outbox.event_router: {e}")),
+            None => crate::outbox::Rules::from_columns(&self.outbox.columns, &self.route.topic)
+                .map_err(|e| format!("route.topic: {e}")),
+        }
     }
 }
 

@@ -217,9 +217,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     metrics.set_connected(true);
     info!(position = %start, tables = ?config.outbox.tables, "streaming binlog");
 
-    let mapper = Mapper::new(config.outbox.columns.clone(), metrics.clone());
-    let router = Router::new(&config.route, config.kafka.max_message_bytes())
-        .map_err(PipelineError::Config)?;
+    let (mapper, router) = mapper_and_router(config, metrics)?;
     let (tx, rx) = mpsc::channel(CHANNEL_TRANSACTIONS);
     let stop_reading = shutdown.child_token();
     let reader_task = tokio::spawn(read_loop(
@@ -248,6 +246,17 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     read
 }
 
+/// The outbox and route stages, as configured.
+pub(crate) fn mapper_and_router(
+    config: &Config,
+    metrics: &Metrics,
+) -> Result<(Mapper, Router), PipelineError> {
+    let rules = std::sync::Arc::new(config.rules().map_err(PipelineError::Config)?);
+    let mapper = Mapper::new(rules.clone(), metrics.clone());
+    let router = Router::new(rules, &config.route, config.kafka.max_message_bytes());
+    Ok((mapper, router))
+}
+
 /// Source → outbox → route, one committed transaction at a time.
 async fn read_loop(
     policy: InvalidPolicy,
@@ -265,7 +274,7 @@ async fn read_loop(
             txn = reader.next_transaction() => txn?,
         };
         metrics.transaction();
-        let mut batch = router.route(mapper.map(txn));
+        let mut batch = router.route(mapper.map(txn)?);
         if !batch.invalid.is_empty() {
             policy.apply(&router, &metrics, &mut batch)?;
         }

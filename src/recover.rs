@@ -14,9 +14,7 @@ use futures::StreamExt;
 use crate::checkpoint::{now_ms, Checkpoint, CheckpointStore};
 use crate::config::Config;
 use crate::monitor::Metrics;
-use crate::outbox::Mapper;
-use crate::pipeline::{InvalidPolicy, PipelineError};
-use crate::route::Router;
+use crate::pipeline::{mapper_and_router, InvalidPolicy, PipelineError};
 use crate::sink::{KafkaSink, Sink};
 use crate::source::{self, server, RowChange, RowOp, TableName, Transaction};
 
@@ -67,9 +65,7 @@ pub async fn recover(
     let resume_at = server::current_position(&mut conn, flavor).await?;
 
     let metrics = Metrics::default();
-    let mapper = Mapper::new(config.outbox.columns.clone(), metrics.clone());
-    let router = Router::new(&config.route, config.kafka.max_message_bytes())
-        .map_err(PipelineError::Config)?;
+    let (mapper, router) = mapper_and_router(config, &metrics)?;
     let policy = InvalidPolicy::of(config);
     let sink = Sink::Kafka(KafkaSink::new(&config.kafka)?);
     let mut events = 0u64;
@@ -96,7 +92,7 @@ pub async fn recover(
                 commit_time_ms: now_ms(),
                 changes,
             };
-            let mut batch = router.route(mapper.map(txn));
+            let mut batch = router.route(mapper.map(txn)?);
             policy.apply(&router, &metrics, &mut batch)?;
             events += sink.send(batch.records).await?.await? as u64;
         }

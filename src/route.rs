@@ -1,51 +1,13 @@
-//! Route stage: an `OutboxEvent` becomes a Kafka record — topic from the template, key =
-//! aggregate id, event id and type as headers, payload bytes unchanged.
+//! Route stage: an `OutboxEvent` becomes a Kafka record — topic from the route value
+//! (regex + replacement, `outbox.event.${routedByValue}` by default), key = aggregate
+//! id, event id and additional columns as headers, value = the payload bytes unchanged,
+//! or a JSON envelope when columns are placed in one, or a tombstone.
 
 use crate::config::RouteConfig;
-use crate::outbox::{EventId, InvalidEvent, MappedTransaction, OutboxEvent};
+use std::sync::Arc;
+
+use crate::outbox::{EventId, InvalidEvent, MappedTransaction, OutboxEvent, Rules};
 use crate::source::Position;
-
-/// The placeholder replaced by the route column's value.
-const ROUTED_BY_VALUE: &str = "${routedByValue}";
-
-/// A topic template such as `outbox.event.${routedByValue}`.
-#[derive(Debug, Clone)]
-pub struct TopicTemplate {
-    prefix: String,
-    suffix: Option<String>,
-}
-
-impl TopicTemplate {
-    /// Parses a template; it may contain the placeholder at most once.
-    pub fn parse(template: &str) -> Result<Self, String> {
-        match template.split_once(ROUTED_BY_VALUE) {
-            Some((_, s)) if s.contains(ROUTED_BY_VALUE) => Err(format!(
-                "{template:?} uses {ROUTED_BY_VALUE} more than once"
-            )),
-            Some((p, s)) => Ok(Self {
-                prefix: p.into(),
-                suffix: Some(s.into()),
-            }),
-            None => {
-                check_topic(template)?;
-                Ok(Self {
-                    prefix: template.into(),
-                    suffix: None,
-                })
-            }
-        }
-    }
-
-    /// The topic for a route value, checked against Kafka's naming rules.
-    pub fn render(&self, value: &str) -> Result<String, String> {
-        let topic = match &self.suffix {
-            Some(s) => format!("{}{value}{s}", self.prefix),
-            None => self.prefix.clone(),
-        };
-        check_topic(&topic)?;
-        Ok(topic)
-    }
-}
 
 /// Kafka's topic name rules: 1–249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`.
 pub fn check_topic(topic: &str) -> Result<(), String> {
@@ -84,6 +46,8 @@ pub struct Record {
     pub headers: Vec<(String, Vec<u8>)>,
     /// Record timestamp, ms since epoch.
     pub timestamp_ms: i64,
+    /// Explicit partition; `None` lets the producer partition by key.
+    pub partition: Option<i32>,
     /// The event this record carries, for error messages.
     pub event: EventRef,
 }
@@ -115,21 +79,21 @@ pub struct Batch {
 /// Turns events into records.
 #[derive(Debug, Clone)]
 pub struct Router {
-    template: TopicTemplate,
+    rules: Arc<Rules>,
     event_id_header: String,
     /// Records above this are invalid rows (librdkafka's `message.max.bytes`).
     max_record_bytes: usize,
 }
 
 impl Router {
-    /// A router for the configured template and header name; records over
+    /// A router following `rules` with the configured event-id header; records over
     /// `max_record_bytes` are invalid.
-    pub fn new(cfg: &RouteConfig, max_record_bytes: usize) -> Result<Self, String> {
-        Ok(Self {
-            template: TopicTemplate::parse(&cfg.topic)?,
+    pub fn new(rules: Arc<Rules>, cfg: &RouteConfig, max_record_bytes: usize) -> Self {
+        Self {
+            rules,
             event_id_header: cfg.event_id_header.clone(),
             max_record_bytes,
-        })
+        }
     }
 
     /// Routes every event of a transaction; events that cannot be routed join the
@@ -177,6 +141,7 @@ impl Router {
             value: Some(value.to_string().into_bytes()),
             headers,
             timestamp_ms: commit_time_ms,
+            partition: None,
             event: EventRef {
                 table: bad.table.clone(),
                 position: bad.position.clone(),
@@ -186,11 +151,10 @@ impl Router {
     }
 
     fn record(&self, e: OutboxEvent, commit_time_ms: i64) -> Result<Record, InvalidEvent> {
-        let topic = self
-            .template
-            .render(&e.route_value)
-            .map_err(|r| InvalidEvent::of(&e, r))?;
-        let size = e.key.len() + e.payload.as_ref().map_or(0, Vec::len) + e.id.0.len();
+        let topic = self.rules.topic(&e.route_value);
+        check_topic(&topic).map_err(|r| InvalidEvent::of(&e, r))?;
+        let value = self.value(&e);
+        let size = e.key.len() + value.as_ref().map_or(0, Vec::len) + e.id.0.len();
         if size > self.max_record_bytes {
             let reason = format!(
                 "record of {size} bytes exceeds the producer's message.max.bytes ({}); Kafka would reject it",
@@ -198,22 +162,67 @@ impl Router {
             );
             return Err(InvalidEvent::of(&e, reason));
         }
-        let mut headers = vec![(self.event_id_header.clone(), e.id.0.clone())];
-        if let Some(t) = e.event_type {
-            headers.push(("type".to_string(), t));
-        }
+        let mut headers = Vec::with_capacity(1 + e.headers.len());
+        headers.push((self.event_id_header.clone(), e.id.0.clone()));
+        headers.extend(e.headers);
         Ok(Record {
             topic,
             key: e.key,
-            value: e.payload,
+            value,
             headers,
             timestamp_ms: e.timestamp_ms.unwrap_or(commit_time_ms),
+            partition: e.partition,
             event: EventRef {
                 table: e.table,
                 position: e.position,
                 id: e.id,
             },
         })
+    }
+
+    /// The record value: a tombstone for an empty payload when asked; the payload bytes
+    /// as stored; or, with envelope placements, `{"payload": …, alias: …}` where a JSON
+    /// text payload is expanded when `expand_json` is on.
+    fn value(&self, e: &OutboxEvent) -> Option<Vec<u8>> {
+        let blank = e
+            .payload
+            .as_ref()
+            .is_none_or(|p| p.iter().all(u8::is_ascii_whitespace));
+        if blank && self.rules.tombstone_on_empty {
+            return None;
+        }
+        if !self.rules.has_envelope() {
+            return e.payload.clone();
+        }
+        let payload = match &e.payload {
+            None => serde_json::Value::Null,
+            Some(p) => self
+                .expanded(e, p)
+                .unwrap_or_else(|| crate::outbox::bytes_json(p)),
+        };
+        let mut envelope = serde_json::Map::with_capacity(1 + e.envelope.len());
+        envelope.insert("payload".into(), payload);
+        envelope.extend(e.envelope.iter().cloned());
+        Some(serde_json::Value::Object(envelope).to_string().into_bytes())
+    }
+
+    /// The payload parsed as JSON, when expansion is on and it is a JSON object or array.
+    fn expanded(&self, e: &OutboxEvent, payload: &[u8]) -> Option<serde_json::Value> {
+        if !self.rules.expand_json {
+            return None;
+        }
+        let first = payload.iter().find(|b| !b.is_ascii_whitespace());
+        if !matches!(first, Some(b'{' | b'[')) {
+            tracing::warn!(event_id = %e.id, "payload is not a JSON object or array: sent as a string");
+            return None;
+        }
+        match serde_json::from_slice(payload) {
+            Ok(v) => Some(v),
+            Err(err) => {
+                tracing::warn!(event_id = %e.id, error = %err, "JSON expansion failed: payload sent as a string");
+                None
+            }
+        }
     }
 }
 
@@ -222,17 +231,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renders_and_checks_topics() {
-        let t = TopicTemplate::parse("outbox.event.${routedByValue}").unwrap();
-        assert_eq!(t.render("Order").unwrap(), "outbox.event.Order");
-        assert!(t.render("has space").is_err());
-        assert!(t.render(&"x".repeat(300)).is_err());
-        let fixed = TopicTemplate::parse("all-events").unwrap();
-        assert_eq!(fixed.render("anything").unwrap(), "all-events");
-        assert!(TopicTemplate::parse("${routedByValue}.${routedByValue}").is_err());
-        assert!(TopicTemplate::parse("${routedByValue}")
-            .unwrap()
-            .render("")
-            .is_err());
+    fn checks_topic_names() {
+        assert!(check_topic("outbox.event.Order").is_ok());
+        assert!(check_topic("has space").is_err());
+        assert!(check_topic(&"x".repeat(300)).is_err());
+        assert!(check_topic("").is_err());
+        assert!(check_topic("..").is_err());
     }
 }

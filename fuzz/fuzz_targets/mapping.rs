@@ -11,7 +11,7 @@ use mysql_async::consts::ColumnType;
 use mysql_async::{Column, Value};
 use outbox_router::config::RouteConfig;
 use outbox_router::monitor::Metrics;
-use outbox_router::outbox::{ColumnMapping, Mapper};
+use outbox_router::outbox::{parse_placements, ColumnMapping, Mapper, Rules};
 use outbox_router::route::Router;
 use outbox_router::source::{RowChange, RowOp, TableName, Transaction};
 
@@ -46,9 +46,16 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut mapping = ColumnMapping::default();
     mapping.timestamp = Some("created_at".into());
-    let mapper = Mapper::new(mapping, Metrics::default());
-    let router = Router::new(&RouteConfig::default(), 1_000_000).unwrap();
-    let batch = router.route(mapper.map(txn));
+    let mut rules = Rules::from_columns(&mapping, "outbox.event.${routedByValue}").unwrap();
+    // Exercise every placement and the envelope / expansion / tombstone paths too.
+    rules.additional.extend(parse_placements("other:envelope:o,other:partition,type:header:t").unwrap());
+    rules.expand_json = data.first().is_some_and(|b| b & 1 == 1);
+    rules.tombstone_on_empty = data.first().is_some_and(|b| b & 2 == 2);
+    let rules = Arc::new(rules);
+    let mapper = Mapper::new(rules.clone(), Metrics::default());
+    let router = Router::new(rules, &RouteConfig::default(), 1_000_000);
+    let Ok(mapped) = mapper.map(txn) else { return };
+    let batch = router.route(mapped);
     assert_eq!(batch.records.len() + batch.invalid.len(), 1);
     for bad in &batch.invalid {
         let _ = router.dead_letter("dlq", bad, 0);

@@ -35,12 +35,16 @@ pub struct OutboxEvent {
     pub route_value: String,
     /// Aggregate id: the record key, so one aggregate stays on one partition.
     pub key: Vec<u8>,
-    /// Event type, when the table has the column.
-    pub event_type: Option<Vec<u8>>,
     /// The payload bytes exactly as stored; `None` for SQL NULL.
     pub payload: Option<Vec<u8>>,
     /// Event time from the timestamp column, when one is mapped (ms since epoch).
     pub timestamp_ms: Option<i64>,
+    /// Additional columns placed in headers (name, value).
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// Additional columns placed in the JSON envelope (name, value).
+    pub envelope: Vec<(String, serde_json::Value)>,
+    /// Partition from a `partition` placement.
+    pub partition: Option<i32>,
 }
 
 /// A row that cannot become a Kafka record. Never dropped silently: the `on_invalid`
@@ -68,7 +72,7 @@ impl InvalidEvent {
             "event_id": text(&event.id.0),
             "route_value": event.route_value,
             "aggregate_id": text(&event.key),
-            "event_type": event.event_type.as_deref().map(text),
+            "headers": event.headers.iter().map(|(k, v)| (k.clone(), text(v))).collect::<serde_json::Map<_, _>>(),
             "payload": event.payload.as_deref().map(text),
         });
         Self {

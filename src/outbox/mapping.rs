@@ -1,11 +1,13 @@
 //! Which outbox column means what, and the mapping of a transaction's rows to events.
 
+use std::sync::Arc;
+
 use mysql_async::binlog::row::BinlogRow;
 use serde::Deserialize;
-use tracing::warn;
+use tracing::{error, warn};
 
 use super::value;
-use super::{EventId, InvalidEvent, OutboxEvent};
+use super::{EventId, InvalidEvent, OnUpdate, OutboxEvent, Placement, Rules};
 use crate::monitor::Metrics;
 use crate::source::{RowChange, RowOp, Transaction};
 
@@ -77,19 +79,20 @@ pub struct MappedTransaction {
 
 /// Maps outbox rows to events.
 pub struct Mapper {
-    columns: ColumnMapping,
+    rules: Arc<Rules>,
     metrics: Metrics,
 }
 
 impl Mapper {
-    /// A mapper for the given columns, counting what it ignores in `metrics`.
-    pub fn new(columns: ColumnMapping, metrics: Metrics) -> Self {
-        Self { columns, metrics }
+    /// A mapper following `rules`, counting what it ignores in `metrics`.
+    pub fn new(rules: Arc<Rules>, metrics: Metrics) -> Self {
+        Self { rules, metrics }
     }
 
-    /// Maps every insert of a transaction; updates and deletes are counted and ignored;
-    /// rows that cannot be events are collected for the policy.
-    pub fn map(&self, txn: Transaction) -> MappedTransaction {
+    /// Maps every insert of a transaction; updates and deletes are counted and ignored
+    /// (an update is an error under `table.op.invalid.behavior = fatal`); rows that cannot
+    /// be events are collected for the policy.
+    pub fn map(&self, txn: Transaction) -> Result<MappedTransaction, InvalidEvent> {
         let mut events = Vec::with_capacity(txn.changes.len());
         let mut invalid = Vec::new();
         // Ignored rows are reported once per transaction and table, not per row: cleanup
@@ -112,17 +115,30 @@ impl Mapper {
         }
         for (op, table, n) in ignored {
             let total = self.metrics.ignored(op, n);
-            warn!(
-                %table, op = %op, rows = n, total, transaction_end = %txn.end,
-                "ignored {op} rows on an outbox table: the outbox is append-only, only INSERTs are published"
-            );
+            let what =
+                "rows on an outbox table: the outbox is append-only, only INSERTs are published";
+            match (op, self.rules.on_update) {
+                (RowOp::Update, OnUpdate::Fatal) => {
+                    return Err(InvalidEvent {
+                        table,
+                        position: txn.end.to_string(),
+                        event_id: None,
+                        reason: format!("{n} UPDATE row(s) on the append-only outbox (table.op.invalid.behavior = fatal)"),
+                        row: serde_json::Value::Null,
+                    })
+                }
+                (RowOp::Update, OnUpdate::Error) => {
+                    error!(%table, op = %op, rows = n, total, transaction_end = %txn.end, "ignored {op} {what}")
+                }
+                _ => warn!(%table, op = %op, rows = n, total, transaction_end = %txn.end, "ignored {op} {what}"),
+            }
         }
-        MappedTransaction {
+        Ok(MappedTransaction {
             end: txn.end,
             commit_time_ms: txn.commit_time_ms,
             events,
             invalid,
-        }
+        })
     }
 
     fn map_row(
@@ -144,55 +160,38 @@ impl Mapper {
                 "insert without an after image (binlog_row_image must be FULL)".into(),
             ));
         };
-        let c = &self.columns;
-        let id = match column(row, &c.event_id) {
+        let r = &self.rules;
+        let id = match column(row, &r.event_id) {
             Err(e) => return Err(invalid(None, e)),
             Ok(Some(id)) => EventId(id),
             Ok(None) => {
                 return Err(invalid(
                     None,
-                    format!("event id column {:?} is NULL", c.event_id),
+                    format!("event id column {:?} is NULL", r.event_id),
                 ))
             }
         };
         let invalid = |reason: String| invalid(Some(id.clone()), reason);
-        let route_value = column(row, &c.aggregate_type)
+        let route_value = column(row, &r.route_by)
             .map_err(&invalid)?
-            .ok_or_else(|| invalid(format!("route column {:?} is NULL", c.aggregate_type)))?;
-        let route_value = String::from_utf8(route_value).map_err(|_| {
-            invalid(format!(
-                "route column {:?} is not valid UTF-8",
-                c.aggregate_type
-            ))
-        })?;
+            .ok_or_else(|| invalid(format!("route column {:?} is NULL", r.route_by)))?;
+        let route_value = String::from_utf8(route_value)
+            .map_err(|_| invalid(format!("route column {:?} is not valid UTF-8", r.route_by)))?;
         if route_value.is_empty() {
-            return Err(invalid(format!(
-                "route column {:?} is empty",
-                c.aggregate_type
-            )));
+            return Err(invalid(format!("route column {:?} is empty", r.route_by)));
         }
-        let key = column(row, &c.aggregate_id)
+        let key = column(row, &r.key)
             .map_err(&invalid)?
-            .ok_or_else(|| invalid(format!("key column {:?} is NULL", c.aggregate_id)))?;
+            .ok_or_else(|| invalid(format!("key column {:?} is NULL", r.key)))?;
         // Consumers (and Debezium) treat keys as text; a binary key would not compare.
         if std::str::from_utf8(&key).is_err() {
             return Err(invalid(format!(
                 "key column {:?} is not valid UTF-8",
-                c.aggregate_id
+                r.key
             )));
         }
-        let payload = column(row, &c.payload).map_err(&invalid)?;
-        // The event type is optional: tables without the column simply get no header.
-        let event_type = match find(row, &c.event_type) {
-            Some(i) => row
-                .as_ref(i)
-                .map(value::to_bytes)
-                .transpose()
-                .map_err(&invalid)?
-                .flatten(),
-            None => None,
-        };
-        let timestamp_ms = match &c.timestamp {
+        let payload = column(row, &r.payload).map_err(&invalid)?;
+        let timestamp_ms = match &r.timestamp {
             Some(name) => {
                 let i = find(row, name).ok_or_else(|| invalid(missing(row, name)))?;
                 row.as_ref(i)
@@ -203,15 +202,41 @@ impl Mapper {
             }
             None => None,
         };
+        let (mut headers, mut envelope, mut partition) = (Vec::new(), Vec::new(), None);
+        for extra in &r.additional {
+            let Some(i) = find(row, &extra.column) else {
+                if r.additional_missing_is_error {
+                    return Err(invalid(missing(row, &extra.column)));
+                }
+                continue;
+            };
+            let Some(v) = row.as_ref(i) else { continue };
+            match extra.placement {
+                Placement::Header => {
+                    if let Some(b) = value::to_bytes(v).map_err(&invalid)? {
+                        headers.push((extra.alias.clone(), b));
+                    }
+                }
+                Placement::Envelope => {
+                    envelope.push((extra.alias.clone(), value::to_json(v).map_err(&invalid)?))
+                }
+                Placement::Partition => {
+                    partition = value::to_partition(v)
+                        .map_err(|e| invalid(format!("partition column {:?}: {e}", extra.column)))?
+                }
+            }
+        }
         Ok(OutboxEvent {
             table: change.table,
             position,
             id,
             route_value,
             key,
-            event_type,
             payload,
             timestamp_ms,
+            headers,
+            envelope,
+            partition,
         })
     }
 }

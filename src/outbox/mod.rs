@@ -5,9 +5,11 @@
 mod event;
 mod mapping;
 mod policy;
+mod rules;
 mod value;
 
 pub(crate) use event::dead_letter_json;
 pub use event::{bytes_json, EventId, InvalidEvent, OutboxEvent};
 pub use mapping::{ColumnMapping, MappedTransaction, Mapper};
 pub use policy::OnInvalid;
+pub use rules::{parse_placements, Additional, OnUpdate, Placement, Rules};

@@ -36,6 +36,34 @@ pub fn to_bytes(value: &BinlogValue<'_>) -> Result<Option<Vec<u8>>, String> {
     }))
 }
 
+/// A value for a JSON envelope: numbers stay numbers, text stays text, JSON stays JSON.
+pub fn to_json(value: &BinlogValue<'_>) -> Result<serde_json::Value, String> {
+    Ok(match value {
+        BinlogValue::Value(Value::Int(i)) => (*i).into(),
+        BinlogValue::Value(Value::UInt(u)) => (*u).into(),
+        BinlogValue::Value(Value::Float(f)) => serde_json::Value::from(f64::from(*f)),
+        BinlogValue::Value(Value::Double(d)) => serde_json::Value::from(*d),
+        other => match to_bytes(other)? {
+            None => serde_json::Value::Null,
+            Some(b) => super::bytes_json(&b),
+        },
+    })
+}
+
+/// An integer column as a partition number.
+pub fn to_partition(value: &BinlogValue<'_>) -> Result<Option<i32>, String> {
+    match value {
+        BinlogValue::Value(Value::NULL) => Ok(None),
+        BinlogValue::Value(Value::Int(i)) => i32::try_from(*i)
+            .map(Some)
+            .map_err(|_| format!("{i} is out of range")),
+        BinlogValue::Value(Value::UInt(u)) => i32::try_from(*u)
+            .map(Some)
+            .map_err(|_| format!("{u} is out of range")),
+        other => Err(format!("holds {other:?}, an integer column is needed")),
+    }
+}
+
 /// A DATETIME / TIMESTAMP value (taken as UTC) or an integer of epoch milliseconds.
 pub fn to_epoch_ms(value: &BinlogValue<'_>) -> Result<Option<i64>, String> {
     match value {

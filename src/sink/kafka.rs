@@ -82,6 +82,9 @@ impl KafkaSink {
             if let Some(v) = &r.value {
                 record = record.payload(v);
             }
+            if let Some(p) = r.partition {
+                record = record.partition(p);
+            }
             let future = loop {
                 match self.producer.send_result(record) {
                     Ok(f) => break f,

@@ -29,6 +29,7 @@ impl StdoutSink {
                 "key": bytes_json(&r.key),
                 "headers": headers,
                 "timestamp": r.timestamp_ms,
+                "partition": r.partition,
                 "value": r.value.as_deref().map(bytes_json),
             });
             writeln!(out, "{line}").map_err(SinkError::Stdout)?;

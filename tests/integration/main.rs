@@ -5,6 +5,7 @@ mod bad_input;
 mod checkpoint_torture;
 #[cfg(feature = "failpoints")]
 mod crash;
+mod event_router;
 mod outage;
 mod security;
 mod util;

@@ -401,6 +401,7 @@ pub struct Msg {
     pub key: Vec<u8>,
     pub payload: Option<Vec<u8>>,
     pub headers: HashMap<String, Vec<u8>>,
+    pub timestamp_ms: Option<i64>,
 }
 
 impl Msg {
@@ -501,6 +502,7 @@ pub fn read_all(topics: &[String]) -> Vec<Msg> {
             key: m.key().unwrap_or_default().to_vec(),
             payload: m.payload().map(<[u8]>::to_vec),
             headers,
+            timestamp_ms: m.timestamp().to_millis(),
         });
         if remaining.get(&key).is_some_and(|hi| m.offset() + 1 >= *hi) {
             remaining.remove(&key);

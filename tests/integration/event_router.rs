@@ -1,0 +1,242 @@
+//! Debezium Outbox Event Router options, by their Debezium names, against real Kafka.
+
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+
+use crate::util::*;
+
+/// An outbox table with Debezium's default column names plus extra columns.
+async fn debezium_table(conn: &mut Conn, db: &str) {
+    conn.query_drop(format!(
+        "CREATE TABLE {db}.dbz_outbox (
+            id VARCHAR(64) PRIMARY KEY, aggregatetype VARCHAR(64), aggregateid VARCHAR(64),
+            type VARCHAR(64), payload LONGTEXT, created_at DATETIME(3), version INT, shard INT)"
+    ))
+    .await
+    .unwrap();
+}
+
+/// Router settings for `db.dbz_outbox` with the given Event Router options.
+fn with_options(setup: &mut RouterSetup, options: &[(&str, &str)]) {
+    let table = format!("{}.dbz_outbox", setup.db);
+    setup.extra_tables.push(table);
+    let mut inline: Vec<String> = options
+        .iter()
+        .map(|(k, v)| format!("{k:?} = {v:?}"))
+        .collect();
+    if !options.iter().any(|(k, _)| *k == "route.topic.replacement") {
+        inline.push(format!(
+            "\"route.topic.replacement\" = \"{}.${{routedByValue}}\"",
+            setup.topic_prefix
+        ));
+    }
+    setup.outbox_toml = format!("event_router = {{ {} }}\n", inline.join(", "));
+}
+
+/// Defaults: an unchanged Debezium outbox table gives the records Debezium gives — the
+/// payload as value, the aggregate id as key, header `id`, nothing else.
+#[tokio::test(flavor = "multi_thread")]
+async fn debezium_defaults_need_no_table_or_consumer_change() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, mut setup) = fresh("dbz_defaults").await;
+    let db = setup.db.clone();
+    debezium_table(&mut conn, &db).await;
+    with_options(&mut setup, &[]);
+    setup.start = {
+        let p = binlog_position(&mut conn).await;
+        format!("{}:{}", p.0, p.1)
+    };
+    conn.query_drop(format!(
+        "INSERT INTO {db}.dbz_outbox (id, aggregatetype, aggregateid, type, payload) VALUES
+         ('d-1', 'Order', 'o-1', 'OrderCreated', '{{\"total\": 5}}'), ('d-2', 'Customer', 'c-1', 'Renamed', '\"x\"')"
+    ))
+    .await
+    .unwrap();
+    let topics = vec![setup.topic("Order"), setup.topic("Customer")];
+    let mut router = setup.start_router();
+    drain_and_stop(&mut router, &topics, 2);
+    let msgs = read_all(&topics);
+    let order = msgs.iter().find(|m| m.id() == "d-1").expect("d-1");
+    assert_eq!(order.topic, setup.topic("Order"));
+    assert_eq!(order.key, b"o-1");
+    assert_eq!(order.payload.as_deref(), Some(&b"{\"total\": 5}"[..]));
+    assert_eq!(
+        order.headers.keys().collect::<Vec<_>>(),
+        vec!["id"],
+        "Debezium adds only the id header"
+    );
+}
+
+/// Additional placements (header with alias, envelope, partition), JSON expansion inside
+/// the envelope and the timestamp column.
+#[tokio::test(flavor = "multi_thread")]
+async fn placements_envelope_expansion_partition_and_timestamp() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, mut setup) = fresh("dbz_envelope").await;
+    let db = setup.db.clone();
+    debezium_table(&mut conn, &db).await;
+    with_options(
+        &mut setup,
+        &[
+            (
+                "table.fields.additional.placement",
+                "type:header:eventType,type:envelope:eventType,version:envelope,shard:partition",
+            ),
+            ("table.expand.json.payload", "true"),
+            ("table.field.event.timestamp", "created_at"),
+        ],
+    );
+    setup.start = {
+        let p = binlog_position(&mut conn).await;
+        format!("{}:{}", p.0, p.1)
+    };
+    conn.query_drop(format!(
+        "INSERT INTO {db}.dbz_outbox VALUES
+         ('e-1', 'Order', 'o-1', 'OrderCreated', '{{\"total\": 5, \"items\": [1, 2]}}', '2024-02-29 12:30:01.250', 3, 2),
+         ('e-2', 'Order', 'o-2', 'OrderNoted', 'not json', '2024-03-01 00:00:00.000', 1, 1)"
+    ))
+    .await
+    .unwrap();
+    let topics = vec![setup.topic("Order")];
+    let mut router = setup.start_router();
+    drain_and_stop(&mut router, &topics, 2);
+    let msgs = read_all(&topics);
+    let e1 = msgs.iter().find(|m| m.id() == "e-1").expect("e-1");
+    assert_eq!(e1.partition, 2, "partition placement");
+    assert_eq!(
+        e1.headers.get("eventType").map(Vec::as_slice),
+        Some(&b"OrderCreated"[..])
+    );
+    assert_eq!(e1.timestamp_ms, Some(1_709_209_801_250), "timestamp column");
+    let v: serde_json::Value = serde_json::from_slice(e1.payload.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"payload": {"total": 5, "items": [1, 2]}, "eventType": "OrderCreated", "version": 3})
+    );
+    let e2 = msgs.iter().find(|m| m.id() == "e-2").expect("e-2");
+    assert_eq!(e2.partition, 1);
+    let v: serde_json::Value = serde_json::from_slice(e2.payload.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        v["payload"], "not json",
+        "a payload that is not JSON stays a string"
+    );
+}
+
+/// Topic regex (matching and not), tombstones for empty payloads, and
+/// `table.field.additional.missing = ignore`.
+#[tokio::test(flavor = "multi_thread")]
+async fn topic_regex_tombstones_and_missing_additional_columns() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, mut setup) = fresh("dbz_regex").await;
+    let db = setup.db.clone();
+    debezium_table(&mut conn, &db).await;
+    let prefix = setup.topic_prefix.clone();
+    let replacement = format!("{prefix}.${{routedByValue}}");
+    with_options(
+        &mut setup,
+        &[
+            ("route.topic.regex", "(?<routedByValue>[a-z]+)_v[0-9]+"),
+            ("route.topic.replacement", replacement.as_str()),
+            ("route.tombstone.on.empty.payload", "true"),
+            ("table.fields.additional.placement", "no_such_column:header"),
+            ("table.field.additional.missing", "ignore"),
+        ],
+    );
+    setup.start = {
+        let p = binlog_position(&mut conn).await;
+        format!("{}:{}", p.0, p.1)
+    };
+    let passthrough = format!("{prefix}.raw");
+    conn.query_drop(format!(
+        "INSERT INTO {db}.dbz_outbox (id, aggregatetype, aggregateid, type, payload) VALUES
+         ('r-1', 'order_v2', 'o-1', 'X', '{{}}'), ('r-2', '{passthrough}', 'o-2', 'X', '{{}}'), ('r-3', 'order_v3', 'o-1', 'X', '')"
+    ))
+    .await
+    .unwrap();
+    let topics = vec![format!("{prefix}.order"), passthrough.clone()];
+    let mut router = setup.start_router();
+    drain_and_stop(&mut router, &topics, 3);
+    let msgs = read_all(&topics);
+    let topic_of = |id: &str| {
+        msgs.iter()
+            .find(|m| m.id() == id)
+            .map(|m| m.topic.clone())
+            .unwrap()
+    };
+    assert_eq!(
+        topic_of("r-1"),
+        format!("{prefix}.order"),
+        "regex group routes"
+    );
+    assert_eq!(
+        topic_of("r-2"),
+        passthrough,
+        "no match: the value is the topic"
+    );
+    let tomb = msgs.iter().find(|m| m.id() == "r-3").unwrap();
+    assert_eq!(tomb.payload, None, "empty payload becomes a tombstone");
+}
+
+/// `table.op.invalid.behavior = fatal` stops on an UPDATE; the default missing-column rule
+/// (`error`) makes a row without a placed column invalid.
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_operation_fatal_and_missing_additional_column_error() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, mut setup) = fresh("dbz_fatal").await;
+    let db = setup.db.clone();
+    debezium_table(&mut conn, &db).await;
+    with_options(&mut setup, &[("table.op.invalid.behavior", "fatal")]);
+    setup.start = {
+        let p = binlog_position(&mut conn).await;
+        format!("{}:{}", p.0, p.1)
+    };
+    conn.query_drop(format!("INSERT INTO {db}.dbz_outbox (id, aggregatetype, aggregateid, payload) VALUES ('u-1', 'Order', 'o', '{{}}')"))
+        .await
+        .unwrap();
+    conn.query_drop(format!(
+        "UPDATE {db}.dbz_outbox SET payload = '[]' WHERE id = 'u-1'"
+    ))
+    .await
+    .unwrap();
+    let mut router = setup.start_router();
+    let status = router
+        .wait(Duration::from_secs(60))
+        .expect("fatal UPDATE must stop the router");
+    let log = router.log();
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("table.op.invalid.behavior = fatal"), "{log}");
+    assert_eq!(
+        read_all(&[setup.topic("Order")]).len(),
+        1,
+        "the insert before it is delivered"
+    );
+
+    let (mut conn, mut setup) = fresh("dbz_missing").await;
+    let db = setup.db.clone();
+    debezium_table(&mut conn, &db).await;
+    with_options(
+        &mut setup,
+        &[(
+            "table.fields.additional.placement",
+            "no_such_column:envelope",
+        )],
+    );
+    setup.start = {
+        let p = binlog_position(&mut conn).await;
+        format!("{}:{}", p.0, p.1)
+    };
+    conn.query_drop(format!("INSERT INTO {db}.dbz_outbox (id, aggregatetype, aggregateid, payload) VALUES ('m-1', 'Order', 'o', '{{}}')"))
+        .await
+        .unwrap();
+    let mut router = setup.start_router();
+    let status = router
+        .wait(Duration::from_secs(60))
+        .expect("missing placed column must stop the router");
+    let log = router.log();
+    assert!(
+        !status.success() && log.contains("no_such_column") && log.contains("event id m-1"),
+        "{log}"
+    );
+}
