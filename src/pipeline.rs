@@ -25,7 +25,7 @@ use crate::sink::{KafkaSink, Sink, SinkError, StdoutSink};
 use crate::source::{self, server, BinlogReader, Position, SourceError, TableName};
 
 /// Transactions buffered between the reader and the sink.
-const CHANNEL_TRANSACTIONS: usize = 1024;
+const CHANNEL_TRANSACTIONS: usize = 128;
 
 /// Which sink to run with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,8 +43,9 @@ pub enum PipelineError {
     Source(#[from] SourceError),
     #[error(transparent)]
     Sink(#[from] SinkError),
+    // Not a `source`: the message already contains it, and error chains would repeat it.
     #[error("{0}\n  the checkpoint stays before this transaction; fix the row's data or the column mapping, then restart")]
-    Invalid(#[from] InvalidEvent),
+    Invalid(InvalidEvent),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     #[error("the server is not configured for row-based CDC:\n  {0}")]
@@ -53,6 +54,12 @@ pub enum PipelineError {
     Config(String),
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl From<InvalidEvent> for PipelineError {
+    fn from(e: InvalidEvent) -> Self {
+        PipelineError::Invalid(e)
+    }
 }
 
 impl PipelineError {

@@ -157,9 +157,11 @@ impl Rules {
         };
         match get("table.json.payload.null.behavior", "ignore").as_str() {
             "ignore" | "optional_bytes" => {}
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "table.json.payload.null.behavior must be ignore or optional_bytes, not {other:?}"
-            )),
+            ))
+            }
         }
         Ok(Self {
             event_id: get("table.field.event.id", "id"),
