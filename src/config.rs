@@ -183,6 +183,24 @@ pub struct SourceConfig {
     pub tls_mode: TlsMode,
     /// PEM file of the CA that signed the server's certificate.
     pub tls_ca_file: Option<PathBuf>,
+    /// How a restart finds its place: `auto` (by GTID when the server is MariaDB and the
+    /// checkpoint has GTID state, so a failover to another server works; else by file
+    /// and offset), `gtid` or `position`.
+    #[serde(default)]
+    pub resume_by: ResumeBy,
+}
+
+/// How the stream is resumed from a checkpoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResumeBy {
+    /// GTID when possible, else file and offset.
+    #[default]
+    Auto,
+    /// Always by GTID (MariaDB); an error when the checkpoint has none.
+    Gtid,
+    /// Always by file and offset (same server only).
+    Position,
 }
 
 /// How the connection to the source server is secured.

@@ -160,9 +160,12 @@ fn init_logging(format: LogFormat) {
         tracing_subscriber::EnvFilter::try_from_env("OUTBOX_ROUTER_LOG").unwrap_or_else(|_| {
             tracing_subscriber::EnvFilter::new("info,rdkafka=warn,mysql_async=warn")
         });
+    // Colours only for a terminal: log files and collectors get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

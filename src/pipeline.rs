@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::checkpoint::{Checkpoint, CheckpointError, CheckpointStore};
-use crate::config::{Config, StartFrom};
+use crate::config::{Config, ResumeBy, StartFrom};
 use crate::monitor::Metrics;
 use crate::outbox::{InvalidEvent, Mapper, OnInvalid};
 use crate::route::{Batch, Router};
@@ -155,10 +155,25 @@ async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
             }
             Err(e) => {
                 error!(?snapshot, "stopped by an error");
-                return Err(e);
+                return Err(with_oldest_binlog(ctx.config, e).await);
             }
         }
     }
+}
+
+/// A purge found through the stream (by GTID) does not know the oldest file yet: ask.
+async fn with_oldest_binlog(config: &Config, e: PipelineError) -> PipelineError {
+    let PipelineError::Source(SourceError::Purged { needed, oldest }) = e else {
+        return e;
+    };
+    let oldest = match source::connect(&config.source).await {
+        Ok(mut conn) => match server::binary_logs(&mut conn).await {
+            Ok(logs) => logs.first().map(|l| l.file.to_string()).unwrap_or(oldest),
+            Err(_) => oldest,
+        },
+        Err(_) => oldest,
+    };
+    PipelineError::Source(SourceError::Purged { needed, oldest })
 }
 
 /// Where to start: the checkpoint, else `source.start` (stored at once, so a crash before
@@ -201,7 +216,28 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let start = start_position(config, store, &mut conn, flavor).await?;
     metrics.set_checkpoint(&start);
     let start = start.position;
-    server::ensure_available(&mut conn, &start).await?;
+    let by_gtid = match config.source.resume_by {
+        ResumeBy::Position => false,
+        ResumeBy::Auto => {
+            flavor == server::Flavor::MariaDb && !start.gtid.is_empty() && {
+                // A domain the checkpoint never saw would be replayed from the server's
+                // oldest binlog: only resume by GTID when every domain is covered.
+                let server_gtid = server::current_position(&mut conn, flavor).await?.gtid;
+                start.gtid.covers_domains_of(&server_gtid)
+            }
+        }
+        ResumeBy::Gtid if start.gtid.is_empty() => {
+            return Err(PipelineError::Config(format!(
+                "source.resume_by = \"gtid\" but checkpoint {start} has no GTID state"
+            )))
+        }
+        ResumeBy::Gtid => true,
+    };
+    if !by_gtid {
+        // By GTID the server itself says (error 1236) when the history is gone; file
+        // names only mean something on the server that wrote them.
+        server::ensure_available(&mut conn, &start).await?;
+    }
     let tables: Vec<TableName> = config
         .outbox
         .tables
@@ -217,12 +253,13 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         flavor,
         config.source.server_id,
         start.clone(),
+        by_gtid,
         &tables,
         config.source.heartbeat(),
     )
     .await?;
     metrics.set_connected(true);
-    info!(position = %start, tables = ?config.outbox.tables, "streaming binlog");
+    info!(position = %start, by_gtid, tables = ?config.outbox.tables, "streaming binlog");
 
     let (mapper, router) = mapper_and_router(config, metrics)?;
     let (tx, rx) = mpsc::channel(CHANNEL_TRANSACTIONS);

@@ -62,6 +62,16 @@ impl SourceError {
     }
 
     pub(crate) fn stream(position: &Position, source: mysql_async::Error) -> Self {
+        // 1236: the server cannot send from this position or GTID state, because the
+        // history was purged (or never existed on this server).
+        if let mysql_async::Error::Server(e) = &source {
+            if e.code == 1236 {
+                return SourceError::Purged {
+                    needed: position.to_string(),
+                    oldest: format!("unknown; the server says: {}", e.message),
+                };
+            }
+        }
         SourceError::Stream {
             position: position.to_string(),
             source,

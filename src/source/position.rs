@@ -144,6 +144,11 @@ impl GtidState {
         self.0.is_empty()
     }
 
+    /// True when every replication domain of `other` has a GTID here.
+    pub fn covers_domains_of(&self, other: &GtidState) -> bool {
+        other.0.keys().all(|d| self.0.contains_key(d))
+    }
+
     /// The GTIDs, one per domain, in domain order.
     pub fn iter(&self) -> impl Iterator<Item = &MariaGtid> {
         self.0.values()

@@ -28,6 +28,8 @@ pub struct BinlogReader {
     /// Table id → watched table, refreshed by every TABLE_MAP event.
     table_ids: HashMap<u64, Option<Arc<TableName>>>,
     read_timeout: Duration,
+    /// Joined by GTID state rather than file and offset.
+    by_gtid: bool,
     seen_format_description: bool,
     checksums_on: bool,
     /// Inside `BEGIN … COMMIT` (or a non-standalone MariaDB GTID group).
@@ -39,12 +41,14 @@ pub struct BinlogReader {
 }
 
 impl BinlogReader {
-    /// Registers as a replica with `server_id` and requests the binlog from `start`.
+    /// Registers as a replica with `server_id` and requests the binlog from `start`: by
+    /// its GTID state when `by_gtid` and the server is MariaDB, else by file and offset.
     pub async fn start(
         mut conn: Conn,
         flavor: Flavor,
         server_id: u32,
         start: Position,
+        by_gtid: bool,
         watched: &[TableName],
         heartbeat: Duration,
     ) -> Result<Self, SourceError> {
@@ -61,9 +65,26 @@ impl BinlogReader {
                 query: "SET @master_heartbeat_period",
                 source,
             })?;
-        let request = BinlogStreamRequest::new(server_id)
-            .with_filename(start.file.name().as_bytes())
-            .with_pos(start.offset);
+        let by_gtid = by_gtid && flavor == Flavor::MariaDb && !start.gtid.is_empty();
+        let request = if by_gtid {
+            // The server finds the place after these GTIDs in its own binlog, whatever its
+            // file names: this is what makes a failover to a replica work.
+            conn.query_drop(format!("SET @slave_connect_state='{}'", start.gtid))
+                .await
+                .map_err(|source| SourceError::Query {
+                    query: "SET @slave_connect_state",
+                    source,
+                })?;
+            exec(&mut conn, "SET @slave_gtid_strict_mode=0").await?;
+            exec(&mut conn, "SET @slave_gtid_ignore_duplicates=0").await?;
+            BinlogStreamRequest::new(server_id)
+                .with_filename(b"")
+                .with_pos(4)
+        } else {
+            BinlogStreamRequest::new(server_id)
+                .with_filename(start.file.name().as_bytes())
+                .with_pos(start.offset)
+        };
         let stream = conn
             .get_binlog_stream(request)
             .await
@@ -77,6 +98,7 @@ impl BinlogReader {
                 .collect(),
             table_ids: HashMap::new(),
             read_timeout: heartbeat * 3 + Duration::from_secs(1),
+            by_gtid,
             seen_format_description: false,
             checksums_on,
             in_explicit_txn: false,
@@ -278,7 +300,9 @@ impl BinlogReader {
         self.at.offset = rotate.position().max(4);
         // A fake rotate before the first format description only names the requested
         // file; later ones (e.g. after a server restart's STOP event) are real switches.
-        Ok(log_pos != 0 || self.seen_format_description)
+        // Joined by GTID, the first one names the file where the server found our place:
+        // nothing committed lies between, so the checkpoint may move there.
+        Ok(log_pos != 0 || self.seen_format_description || self.by_gtid)
     }
 
     fn rows(&mut self, event: &Event, event_end: u64) -> Result<(), SourceError> {

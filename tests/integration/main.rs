@@ -6,6 +6,7 @@ mod checkpoint_torture;
 #[cfg(feature = "failpoints")]
 mod crash;
 mod event_router;
+mod failover;
 mod outage;
 mod security;
 mod util;
