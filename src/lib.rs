@@ -36,6 +36,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod monitor;
 pub mod outbox;
+pub mod pattern;
 pub mod pipeline;
 pub mod recover;
 pub mod route;

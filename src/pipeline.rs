@@ -20,9 +20,10 @@ use crate::checkpoint::{Checkpoint, CheckpointError, CheckpointStore};
 use crate::config::{Config, ResumeBy, StartFrom};
 use crate::monitor::Metrics;
 use crate::outbox::{InvalidEvent, Mapper, OnInvalid};
+use crate::pattern::Pattern;
 use crate::route::{Batch, Router};
 use crate::sink::{KafkaSink, Sink, SinkError, StdoutSink};
-use crate::source::{self, server, BinlogReader, Position, SourceError, TableName};
+use crate::source::{self, server, BinlogReader, Position, SourceError};
 
 /// Transactions buffered between the reader and the sink.
 const CHANNEL_TRANSACTIONS: usize = 128;
@@ -238,12 +239,12 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         // names only mean something on the server that wrote them.
         server::ensure_available(&mut conn, &start).await?;
     }
-    let tables: Vec<TableName> = config
+    let tables: Vec<Pattern> = config
         .outbox
         .tables
         .iter()
-        .map(|t| TableName::parse(t).map_err(PipelineError::Config))
-        .collect::<Result<_, _>>()?;
+        .map(|t| Pattern::new(t))
+        .collect();
     let sink = match sink_kind {
         SinkKind::Kafka => Sink::Kafka(KafkaSink::new(&config.kafka)?),
         SinkKind::Stdout => Sink::Stdout(StdoutSink),

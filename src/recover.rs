@@ -14,9 +14,10 @@ use futures::StreamExt;
 use crate::checkpoint::{now_ms, Checkpoint, CheckpointStore};
 use crate::config::Config;
 use crate::monitor::Metrics;
+use crate::pattern::Pattern;
 use crate::pipeline::{mapper_and_router, InvalidPolicy, PipelineError};
 use crate::sink::{KafkaSink, Sink};
-use crate::source::{self, server, RowChange, RowOp, TableName, Transaction};
+use crate::source::{self, server, RowChange, RowOp, Transaction};
 
 /// Rows re-published per Kafka round trip.
 const CHUNK: usize = 1000;
@@ -69,8 +70,14 @@ pub async fn recover(
     let policy = InvalidPolicy::of(config);
     let sink = Sink::Kafka(KafkaSink::new(&config.kafka)?);
     let mut events = 0u64;
-    for name in &config.outbox.tables {
-        let table = Arc::new(TableName::parse(name).map_err(PipelineError::Config)?);
+    let patterns: Vec<Pattern> = config
+        .outbox
+        .tables
+        .iter()
+        .map(|t| Pattern::new(t))
+        .collect();
+    for table in server::matching_tables(&mut conn, &patterns).await? {
+        let table = Arc::new(table);
         let rows =
             source::snapshot::rows_since(&mut conn, &table, &opts.timestamp_column, since_secs)
                 .await?;

@@ -106,13 +106,34 @@ async fn check_server(conn: &mut mysql_async::Conn, config: &Config, out: &mut V
         Err(e) => out.push(Finding::fail("server_id", e.to_string(), "")),
     }
     check_grants(conn, out).await;
-    for table in &config.outbox.tables {
-        match TableName::parse(table) {
-            Ok(t) => check_table(conn, config, &t, out).await,
+    for name in &config.outbox.tables {
+        let pattern = crate::pattern::Pattern::new(name);
+        if !pattern.is_wildcard() {
+            match TableName::parse(name) {
+                Ok(t) => check_table(conn, config, &t, out).await,
+                Err(e) => out.push(Finding::fail(
+                    "outbox table",
+                    e,
+                    "name tables as database.table",
+                )),
+            }
+            continue;
+        }
+        match server::matching_tables(conn, std::slice::from_ref(&pattern)).await {
+            Ok(tables) if tables.is_empty() => out.push(Finding::fail(
+                &format!("outbox tables {name}"),
+                "no table matches (or no SELECT privilege on them)",
+                "create one, or fix the pattern",
+            )),
+            Ok(tables) => {
+                for t in tables {
+                    check_table(conn, config, &t, out).await;
+                }
+            }
             Err(e) => out.push(Finding::fail(
-                "outbox table",
-                e,
-                "name tables as database.table",
+                &format!("outbox tables {name}"),
+                e.to_string(),
+                "",
             )),
         }
     }

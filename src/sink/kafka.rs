@@ -9,7 +9,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 
-use super::{Delivery, SinkError};
+use super::{Delivery, SinkError, TopicCreator};
 use crate::config::KafkaConfig;
 use crate::route::Record;
 
@@ -24,6 +24,8 @@ const DEFAULTS: &[(&str, &str)] = &[
 /// Produces records to Kafka.
 pub struct KafkaSink {
     producer: FutureProducer,
+    /// Creates missing topics before their first record, when enabled.
+    topics: Option<TopicCreator>,
 }
 
 /// The producer configuration: defaults, the user's properties, then what the contract fixes.
@@ -46,7 +48,12 @@ impl KafkaSink {
     /// Creates the producer (does not contact the brokers yet).
     pub fn new(cfg: &KafkaConfig) -> Result<Self, SinkError> {
         let producer = client_config(cfg).create().map_err(SinkError::Create)?;
-        Ok(Self { producer })
+        let topics = cfg
+            .topics
+            .create
+            .then(|| TopicCreator::new(cfg))
+            .transpose()?;
+        Ok(Self { producer, topics })
     }
 
     /// Asks the cluster for metadata, to tell early whether it is reachable.
@@ -68,6 +75,9 @@ impl KafkaSink {
     pub(super) async fn send(&self, records: Vec<Record>) -> Result<Delivery, SinkError> {
         let mut pending = Vec::with_capacity(records.len());
         for r in records {
+            if let Some(topics) = &self.topics {
+                topics.ensure(&r.topic).await?;
+            }
             let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
             for (k, v) in &r.headers {
                 headers = headers.insert(Header {

@@ -3,12 +3,14 @@
 
 mod kafka;
 mod stdout;
+mod topics;
 
 use futures::future::BoxFuture;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 pub use kafka::KafkaSink;
 pub use stdout::StdoutSink;
+pub use topics::TopicCreator;
 
 use crate::route::{EventRef, Record};
 
@@ -34,6 +36,8 @@ pub enum SinkError {
     },
     #[error("the producer was dropped before acknowledging event {}", event.id)]
     Canceled { event: Box<EventRef> },
+    #[error("cannot create topic {topic}: {reason}")]
+    CreateTopic { topic: String, reason: String },
     #[error("cannot write to stdout: {0}")]
     Stdout(std::io::Error),
 }
@@ -46,7 +50,7 @@ impl SinkError {
             SinkError::Produce { error, .. } | SinkError::Delivery { error, .. } => {
                 !is_permanent(error)
             }
-            SinkError::Canceled { .. } => true,
+            SinkError::Canceled { .. } | SinkError::CreateTopic { .. } => true,
             SinkError::Create(_) | SinkError::Stdout(_) => false,
         }
     }

@@ -18,13 +18,15 @@ use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
 use super::mariadb;
 use super::server::Flavor;
 use super::{BinlogFile, Position, RowChange, RowOp, SourceError, TableName, Transaction};
+use crate::pattern::Pattern;
 
 /// Reads committed transactions from a binlog stream.
 pub struct BinlogReader {
     stream: BinlogStream,
     /// Position of the last event read; `offset` only moves at transaction ends.
     at: Position,
-    watched: HashMap<(String, String), Arc<TableName>>,
+    /// Outbox table names or patterns (`tenant_*.outbox`).
+    watched: Vec<Pattern>,
     /// Table id → watched table, refreshed by every TABLE_MAP event.
     table_ids: HashMap<u64, Option<Arc<TableName>>>,
     read_timeout: Duration,
@@ -49,7 +51,7 @@ impl BinlogReader {
         server_id: u32,
         start: Position,
         by_gtid: bool,
-        watched: &[TableName],
+        watched: &[Pattern],
         heartbeat: Duration,
     ) -> Result<Self, SourceError> {
         let checksum = super::server::variable(&mut conn, "binlog_checksum").await?;
@@ -92,10 +94,7 @@ impl BinlogReader {
         Ok(Self {
             stream,
             at: start,
-            watched: watched
-                .iter()
-                .map(|t| ((t.database.clone(), t.table.clone()), Arc::new(t.clone())))
-                .collect(),
+            watched: watched.to_vec(),
             table_ids: HashMap::new(),
             read_timeout: heartbeat * 3 + Duration::from_secs(1),
             by_gtid,
@@ -205,8 +204,15 @@ impl BinlogReader {
                     tme.database_name().into_owned(),
                     tme.table_name().into_owned(),
                 );
-                let watched = self.watched.get(&key).cloned();
-                self.table_ids.insert(tme.table_id(), watched);
+                let name = format!("{}.{}", key.0, key.1);
+                let watched = self.watched.iter().any(|p| p.matches(&name));
+                let table = watched.then(|| {
+                    Arc::new(TableName {
+                        database: key.0,
+                        table: key.1,
+                    })
+                });
+                self.table_ids.insert(tme.table_id(), table);
             }
             EventType::WRITE_ROWS_EVENT
             | EventType::WRITE_ROWS_EVENT_V1

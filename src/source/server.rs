@@ -4,7 +4,7 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
 
-use super::{BinlogFile, GtidState, Position, SourceError};
+use super::{BinlogFile, GtidState, Position, SourceError, TableName};
 
 /// Which server family; they differ in GTIDs and some statements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,4 +198,21 @@ pub async fn ensure_available(conn: &mut Conn, position: &Position) -> Result<()
             oldest: logs.first().map(|l| l.file.to_string()).unwrap_or_else(|| "none".into()),
         }),
     }
+}
+
+/// The tables on the server matching any of `patterns` (`db.table`, `*` and `?`).
+pub async fn matching_tables(
+    conn: &mut Conn,
+    patterns: &[crate::pattern::Pattern],
+) -> Result<Vec<TableName>, SourceError> {
+    let all: Vec<(String, String)> = query(
+        conn,
+        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY 1, 2",
+    )
+    .await?;
+    Ok(all
+        .into_iter()
+        .filter(|(d, t)| patterns.iter().any(|p| p.matches(&format!("{d}.{t}"))))
+        .map(|(database, table)| TableName { database, table })
+        .collect())
 }

@@ -9,6 +9,7 @@ mod event_router;
 mod failover;
 mod outage;
 mod security;
+mod topics;
 mod util;
 
 use std::collections::{HashMap, HashSet};

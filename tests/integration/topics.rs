@@ -1,0 +1,88 @@
+//! Missing topics created through the admin client by pattern rules; outbox tables
+//! chosen by pattern across databases.
+
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+use crate::util::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn topics_created_by_rule_and_tables_matched_by_pattern() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, mut setup) = fresh("topics").await;
+    let db = setup.db.clone();
+    for tenant in ["a", "b"] {
+        outbox_db(&mut conn, &format!("{db}_t{tenant}")).await;
+    }
+    setup.extra_tables.push(format!("{db}_t*.outbox"));
+    let prefix = setup.topic_prefix.clone();
+    setup.extra_toml = format!(
+        "[[kafka.topics.rule]]\npattern = \"{prefix}.Order\"\npartitions = 5\nconfig = {{ \"retention.ms\" = \"3600000\" }}\n"
+    );
+    setup.start = {
+        let p = binlog_position(&mut conn).await;
+        format!("{}:{}", p.0, p.1)
+    };
+    for tenant in ["a", "b"] {
+        insert_txn(
+            &mut conn,
+            &format!("{db}_t{tenant}"),
+            &[Ev::new(format!("{tenant}-1"), "Order", tenant, "{}")],
+        )
+        .await;
+    }
+    // A table outside the pattern is not read.
+    outbox_db(&mut conn, &format!("{db}_other")).await;
+    conn.query_drop(format!(
+        "INSERT INTO {db}_other.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('x-1', 'Order', 'x', 'X', '{{}}')"
+    ))
+    .await
+    .unwrap();
+
+    let topic = setup.topic("Order");
+    let mut router = setup.start_router();
+    drain_and_stop(&mut router, std::slice::from_ref(&topic), 2);
+    let ids: Vec<String> = read_all(std::slice::from_ref(&topic))
+        .iter()
+        .map(Msg::id)
+        .collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert!(
+        ids.contains(&"a-1".to_string()) && ids.contains(&"b-1".to_string()),
+        "{ids:?}"
+    );
+
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .create()
+        .unwrap();
+    let md = consumer
+        .fetch_metadata(Some(&topic), Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(
+        md.topics()[0].partitions().len(),
+        5,
+        "partitions from the rule"
+    );
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .create()
+        .unwrap();
+    let configs = admin
+        .describe_configs([&ResourceSpecifier::Topic(&topic)], &AdminOptions::new())
+        .await
+        .unwrap();
+    let resource = configs.into_iter().next().unwrap().unwrap();
+    let retention = resource.get("retention.ms").and_then(|e| e.value.clone());
+    assert_eq!(
+        retention.as_deref(),
+        Some("3600000"),
+        "topic config from the rule"
+    );
+    assert!(router.log().contains("created topic"), "{}", router.log());
+}
