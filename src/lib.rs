@@ -34,6 +34,7 @@ pub fn crash_at(name: &str) -> ! {
 
 pub mod checkpoint;
 pub mod config;
+pub mod import;
 pub mod monitor;
 pub mod outbox;
 pub mod pattern;

@@ -92,6 +92,12 @@ enum Command {
         #[arg(long)]
         repair_hours: Option<f64>,
     },
+    /// Print an outbox-router config (TOML) made from a Debezium MySQL / MariaDB connector
+    /// config (JSON as posted to Kafka Connect, or .properties); unmapped keys go to stderr.
+    ImportDebezium {
+        /// The connector config file.
+        file: PathBuf,
+    },
     /// Inspect or change the stored checkpoint (stop the router first).
     Checkpoint {
         #[command(subcommand)]
@@ -173,9 +179,13 @@ fn init_logging(format: LogFormat) {
 }
 
 async fn dispatch(cli: Cli) -> Result<ExitCode> {
+    if let Command::ImportDebezium { file } = &cli.command {
+        return import_debezium(file);
+    }
     let config = Config::load(&cli.config)?;
     match cli.command {
         Command::Run { sink } => run(&config, sink).await,
+        Command::ImportDebezium { file } => import_debezium(&file),
         Command::Validate => validate(&config).await,
         Command::Status {
             json,
@@ -328,6 +338,22 @@ fn print_status(st: &Status, json: bool) -> Result<()> {
         println!("  - {r}");
     }
     Ok(())
+}
+
+fn import_debezium(file: &std::path::Path) -> Result<ExitCode> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let settings = outbox_router::import::parse_connector(&text)
+        .with_context(|| format!("reading {}", file.display()))?;
+    let imported = outbox_router::import::import(&settings);
+    print!("{}", imported.toml);
+    if !imported.unmapped.is_empty() {
+        eprintln!("not carried over ({}):", imported.unmapped.len());
+        for (key, reason) in &imported.unmapped {
+            eprintln!("  {key}: {reason}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn checkpoint(config: &Config, action: CheckpointAction) -> Result<ExitCode> {

@@ -7,6 +7,7 @@ mod checkpoint_torture;
 mod crash;
 mod event_router;
 mod failover;
+mod import;
 mod outage;
 mod security;
 mod topics;
