@@ -201,7 +201,7 @@ pub fn import(config: &BTreeMap<String, String>) -> Imported {
         }
     }
 
-    for (k, _) in config {
+    for k in config.keys() {
         if used.contains(&k.as_str())
             || k.starts_with("transforms.")
             || k.starts_with("producer.override.")
