@@ -188,6 +188,27 @@ pub struct SourceConfig {
     /// and offset), `gtid` or `position`.
     #[serde(default)]
     pub resume_by: ResumeBy,
+    /// With no checkpoint yet: `never` (rows already in the outbox were someone else's
+    /// job) or `initial` (publish them from one consistent snapshot, then stream from
+    /// exactly that position; MariaDB).
+    #[serde(default)]
+    pub snapshot: SnapshotMode,
+    /// Columns that order rows read from the table (snapshot, `recover`), so each
+    /// aggregate's events go out in commit order, e.g. `["created_at", "seq"]`. Default:
+    /// the timestamp column if mapped, else the table's own order (primary key).
+    #[serde(default)]
+    pub snapshot_order_by: Vec<String>,
+}
+
+/// What happens to rows already in the outbox on the very first start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotMode {
+    /// Start streaming at `start`; existing rows are not published.
+    #[default]
+    Never,
+    /// Publish existing rows from a consistent snapshot, then stream from its position.
+    Initial,
 }
 
 /// How the stream is resumed from a checkpoint.

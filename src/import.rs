@@ -129,6 +129,16 @@ pub fn import(config: &BTreeMap<String, String>) -> Imported {
         Some(other) => unmapped.push(("database.ssl.mode".into(), format!("unknown mode {other:?}"))),
     }
 
+    match get("snapshot.mode").as_deref() {
+        Some("initial") => {
+            writeln!(source, "snapshot = \"initial\"").ok();
+        }
+        None | Some("no_data" | "never" | "schema_only") => {}
+        Some(other) => unmapped.push((
+            "snapshot.mode".into(),
+            format!("{other} has no equivalent: outbox-router offers never (default) and initial"),
+        )),
+    }
     let mut tables = Vec::new();
     if let Some(list) = get("table.include.list").or_else(|| config.get("table.whitelist").cloned())
     {
@@ -221,7 +231,6 @@ pub fn import(config: &BTreeMap<String, String>) -> Imported {
             "heartbeat.interval.ms" | "heartbeat.action.query" => {
                 "not needed: the position advances over every transaction, outbox or not"
             }
-            "snapshot.mode" => "outbox-router starts without a snapshot (Debezium's no_data); see source.start",
             "database.include.list" | "table.whitelist" => "covered by outbox.tables",
             "include.schema.changes" => "not needed: schema changes are never published",
             "tombstones.on.delete" => "not needed: DELETEs on an outbox are never published",

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::checkpoint::{Checkpoint, CheckpointError, CheckpointStore};
-use crate::config::{Config, ResumeBy, StartFrom};
+use crate::config::{Config, ResumeBy, SnapshotMode, StartFrom};
 use crate::monitor::Metrics;
 use crate::outbox::{InvalidEvent, Mapper, OnInvalid};
 use crate::pattern::Pattern;
@@ -177,25 +177,28 @@ async fn with_oldest_binlog(config: &Config, e: PipelineError) -> PipelineError 
     PipelineError::Source(SourceError::Purged { needed, oldest })
 }
 
-/// Where to start: the checkpoint, else `source.start` (stored at once, so a crash before
-/// the first delivery cannot move a `latest` start past committed events).
+/// Where to start: the checkpoint, else the initial snapshot or `source.start` (stored
+/// at once, so a crash before the first delivery cannot move a `latest` start past
+/// committed events).
 async fn start_position(
     config: &Config,
     store: &CheckpointStore,
     conn: &mut mysql_async::Conn,
     flavor: server::Flavor,
+    sink: &Sink,
 ) -> Result<Checkpoint, PipelineError> {
     if let Some(cp) = store.load()? {
         return Ok(cp);
     }
-    let position = match &config.source.start {
-        StartFrom::Latest => server::current_position(conn, flavor).await?,
-        StartFrom::Earliest => server::earliest_position(conn).await?,
-        StartFrom::At(p) => p.clone(),
+    let position = match (&config.source.snapshot, &config.source.start) {
+        (SnapshotMode::Initial, _) => crate::recover::initial_snapshot(config, sink).await?,
+        (SnapshotMode::Never, StartFrom::Latest) => server::current_position(conn, flavor).await?,
+        (SnapshotMode::Never, StartFrom::Earliest) => server::earliest_position(conn).await?,
+        (SnapshotMode::Never, StartFrom::At(p)) => p.clone(),
     };
     let checkpoint = Checkpoint::new(position.clone(), 0);
     store.save(&checkpoint)?;
-    info!(%position, start = ?config.source.start, "no checkpoint yet: starting here and recorded it");
+    info!(%position, start = ?config.source.start, snapshot = ?config.source.snapshot, "no checkpoint yet: starting here and recorded it");
     Ok(checkpoint)
 }
 
@@ -214,7 +217,11 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
         return Err(PipelineError::Settings(text.join("\n  ")));
     }
-    let start = start_position(config, store, &mut conn, flavor).await?;
+    let sink = match sink_kind {
+        SinkKind::Kafka => Sink::Kafka(KafkaSink::new(&config.kafka)?),
+        SinkKind::Stdout => Sink::Stdout(StdoutSink),
+    };
+    let start = start_position(config, store, &mut conn, flavor, &sink).await?;
     metrics.set_checkpoint(&start);
     let start = start.position;
     let by_gtid = match config.source.resume_by {
@@ -245,10 +252,6 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         .iter()
         .map(|t| Pattern::new(t))
         .collect();
-    let sink = match sink_kind {
-        SinkKind::Kafka => Sink::Kafka(KafkaSink::new(&config.kafka)?),
-        SinkKind::Stdout => Sink::Stdout(StdoutSink),
-    };
     let reader = BinlogReader::start(
         conn,
         flavor,

@@ -12,31 +12,42 @@ fn quote_ident(s: &str) -> String {
     format!("`{}`", s.replace('`', "``"))
 }
 
-/// Streams rows of `table` whose `column` is at or after `since_secs` (unix seconds, read
-/// in the session time zone like `CURRENT_TIMESTAMP`), oldest first, shaped like binlog
-/// rows so the same mapping applies.
-pub async fn rows_since<'c>(
+/// Streams rows of `table` — all, or those whose `since.0` column is at or after `since.1`
+/// (unix seconds, read in the session time zone like `CURRENT_TIMESTAMP`) — ordered by
+/// the `order_by` columns, shaped like binlog rows so the same mapping applies.
+pub async fn rows<'c>(
     conn: &'c mut Conn,
     table: &TableName,
-    column: &str,
-    since_secs: i64,
+    since: Option<(&str, i64)>,
+    order_by: &[String],
 ) -> Result<impl Stream<Item = Result<BinlogRow, SourceError>> + 'c, SourceError> {
-    let col = quote_ident(column);
-    let sql = format!(
-        "SELECT * FROM {}.{} WHERE {col} >= FROM_UNIXTIME(?) ORDER BY {col}",
+    let mut sql = format!(
+        "SELECT * FROM {}.{}",
         quote_ident(&table.database),
         quote_ident(&table.table)
     );
+    let mut params: Vec<mysql_async::Value> = Vec::new();
+    if let Some((column, secs)) = since {
+        sql.push_str(&format!(
+            " WHERE {} >= FROM_UNIXTIME(?)",
+            quote_ident(column)
+        ));
+        params.push(secs.into());
+    }
+    if !order_by.is_empty() {
+        let columns: Vec<String> = order_by.iter().map(|c| quote_ident(c)).collect();
+        sql.push_str(&format!(" ORDER BY {}", columns.join(", ")));
+    }
     let stream = conn
-        .exec_stream::<Row, _, _>(sql, (since_secs,))
+        .exec_stream::<Row, _, _>(sql, params)
         .await
         .map_err(|source| SourceError::Query {
-            query: "SELECT outbox rows for recovery",
+            query: "SELECT outbox rows",
             source,
         })?;
     Ok(stream.map(|row| {
         let row = row.map_err(|source| SourceError::Query {
-            query: "SELECT outbox rows for recovery",
+            query: "SELECT outbox rows",
             source,
         })?;
         let columns = row.columns();
