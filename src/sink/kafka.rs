@@ -74,10 +74,12 @@ impl KafkaSink {
 
     pub(super) async fn send(&self, records: Vec<Record>) -> Result<Delivery, SinkError> {
         let mut pending = Vec::with_capacity(records.len());
+        if let Some(topics) = &self.topics {
+            topics
+                .ensure(records.iter().map(|r| r.topic.as_str()))
+                .await?;
+        }
         for r in records {
-            if let Some(topics) = &self.topics {
-                topics.ensure(&r.topic).await?;
-            }
             let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
             for (k, v) in &r.headers {
                 headers = headers.insert(Header {

@@ -40,40 +40,57 @@ impl TopicCreator {
         })
     }
 
-    /// Makes sure `topic` exists (creating it if needed); cheap after the first call.
-    pub async fn ensure(&self, topic: &str) -> Result<(), SinkError> {
-        if self.known.lock().expect("topic set").contains(topic) {
+    /// Makes sure every topic exists, creating the unknown ones in one admin request;
+    /// cheap once they are known.
+    pub async fn ensure<'t>(
+        &self,
+        topics: impl IntoIterator<Item = &'t str>,
+    ) -> Result<(), SinkError> {
+        let unknown: Vec<&str> = {
+            let known = self.known.lock().expect("topic set");
+            let mut unknown: Vec<&str> =
+                topics.into_iter().filter(|t| !known.contains(*t)).collect();
+            unknown.sort_unstable();
+            unknown.dedup();
+            unknown
+        };
+        if unknown.is_empty() {
             return Ok(());
         }
-        let rule = self
-            .rules
+        let new: Vec<NewTopic> = unknown
             .iter()
-            .find(|(p, _)| p.matches(topic))
-            .map(|(_, r)| r);
-        let (partitions, replication) =
-            rule.map_or((-1, -1), |r| (r.partitions, r.replication_factor));
-        let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
-        if let Some(r) = rule {
-            for (k, v) in &r.config {
-                new = new.set(k, v);
-            }
-        }
+            .map(|topic| {
+                let rule = self
+                    .rules
+                    .iter()
+                    .find(|(p, _)| p.matches(topic))
+                    .map(|(_, r)| r);
+                let (partitions, replication) =
+                    rule.map_or((-1, -1), |r| (r.partitions, r.replication_factor));
+                let mut new =
+                    NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
+                for (k, v) in rule.iter().flat_map(|r| r.config.iter()) {
+                    new = new.set(k, v);
+                }
+                new
+            })
+            .collect();
         let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
         let results = self
             .admin
-            .create_topics([&new], &opts)
+            .create_topics(&new, &opts)
             .await
             .map_err(|error| SinkError::CreateTopic {
-                topic: topic.to_string(),
+                topic: unknown.join(","),
                 reason: error.to_string(),
             })?;
         for result in results {
             match result {
-                Ok(_) => tracing::info!(topic, partitions, replication, "created topic"),
+                Ok(topic) => tracing::info!(%topic, "created topic"),
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((_, code)) => {
+                Err((topic, code)) => {
                     return Err(SinkError::CreateTopic {
-                        topic: topic.to_string(),
+                        topic,
                         reason: code.to_string(),
                     })
                 }
@@ -82,7 +99,7 @@ impl TopicCreator {
         self.known
             .lock()
             .expect("topic set")
-            .insert(topic.to_string());
+            .extend(unknown.iter().map(|t| t.to_string()));
         Ok(())
     }
 }
