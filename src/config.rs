@@ -533,6 +533,15 @@ impl Config {
 }
 
 impl Config {
+    /// The outbox table names / patterns, compiled.
+    pub fn table_patterns(&self) -> Vec<crate::pattern::Pattern> {
+        self.outbox
+            .tables
+            .iter()
+            .map(|t| crate::pattern::Pattern::new(t))
+            .collect()
+    }
+
     /// The event rules: Debezium options when given, else the native columns and topic.
     pub fn rules(&self) -> Result<crate::outbox::Rules, String> {
         match &self.outbox.event_router {

@@ -20,7 +20,6 @@ use crate::checkpoint::{Checkpoint, CheckpointError, CheckpointStore};
 use crate::config::{Config, ResumeBy, SnapshotMode, StartFrom};
 use crate::monitor::Metrics;
 use crate::outbox::{InvalidEvent, Mapper, OnInvalid};
-use crate::pattern::Pattern;
 use crate::route::{Batch, Router};
 use crate::sink::{KafkaSink, Sink, SinkError, StdoutSink};
 use crate::source::{self, server, BinlogReader, Position, SourceError};
@@ -246,12 +245,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         // names only mean something on the server that wrote them.
         server::ensure_available(&mut conn, &start).await?;
     }
-    let tables: Vec<Pattern> = config
-        .outbox
-        .tables
-        .iter()
-        .map(|t| Pattern::new(t))
-        .collect();
+    let tables = config.table_patterns();
     let reader = BinlogReader::start(
         conn,
         flavor,

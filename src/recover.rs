@@ -17,7 +17,6 @@ use futures::StreamExt;
 use crate::checkpoint::{now_ms, Checkpoint, CheckpointStore};
 use crate::config::Config;
 use crate::monitor::Metrics;
-use crate::pattern::Pattern;
 use crate::pipeline::{mapper_and_router, InvalidPolicy, PipelineError};
 use crate::sink::{KafkaSink, Sink};
 use crate::source::{self, server, BinlogFile, Position, RowChange, RowOp, Transaction};
@@ -100,12 +99,7 @@ pub(crate) async fn republish(
             .into_iter()
             .collect()
     };
-    let patterns: Vec<Pattern> = config
-        .outbox
-        .tables
-        .iter()
-        .map(|t| Pattern::new(t))
-        .collect();
+    let patterns = config.table_patterns();
     let mut events = 0u64;
     for table in server::matching_tables(conn, &patterns).await? {
         let table = Arc::new(table);

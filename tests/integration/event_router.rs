@@ -44,10 +44,7 @@ async fn debezium_defaults_need_no_table_or_consumer_change() {
     let db = setup.db.clone();
     debezium_table(&mut conn, &db).await;
     with_options(&mut setup, &[]);
-    setup.start = {
-        let p = binlog_position(&mut conn).await;
-        format!("{}:{}", p.0, p.1)
-    };
+    setup.start_here(&mut conn).await;
     conn.query_drop(format!(
         "INSERT INTO {db}.dbz_outbox (id, aggregatetype, aggregateid, type, payload) VALUES
          ('d-1', 'Order', 'o-1', 'OrderCreated', '{{\"total\": 5}}'), ('d-2', 'Customer', 'c-1', 'Renamed', '\"x\"')"
@@ -88,10 +85,7 @@ async fn placements_envelope_expansion_partition_and_timestamp() {
             ("table.field.event.timestamp", "created_at"),
         ],
     );
-    setup.start = {
-        let p = binlog_position(&mut conn).await;
-        format!("{}:{}", p.0, p.1)
-    };
+    setup.start_here(&mut conn).await;
     conn.query_drop(format!(
         "INSERT INTO {db}.dbz_outbox VALUES
          ('e-1', 'Order', 'o-1', 'OrderCreated', '{{\"total\": 5, \"items\": [1, 2]}}', '2024-02-29 12:30:01.250', 3, 2),
@@ -144,10 +138,7 @@ async fn topic_regex_tombstones_and_missing_additional_columns() {
             ("table.field.additional.missing", "ignore"),
         ],
     );
-    setup.start = {
-        let p = binlog_position(&mut conn).await;
-        format!("{}:{}", p.0, p.1)
-    };
+    setup.start_here(&mut conn).await;
     let passthrough = format!("{prefix}.raw");
     conn.query_drop(format!(
         "INSERT INTO {db}.dbz_outbox (id, aggregatetype, aggregateid, type, payload) VALUES
@@ -188,10 +179,7 @@ async fn invalid_operation_fatal_and_missing_additional_column_error() {
     let db = setup.db.clone();
     debezium_table(&mut conn, &db).await;
     with_options(&mut setup, &[("table.op.invalid.behavior", "fatal")]);
-    setup.start = {
-        let p = binlog_position(&mut conn).await;
-        format!("{}:{}", p.0, p.1)
-    };
+    setup.start_here(&mut conn).await;
     conn.query_drop(format!("INSERT INTO {db}.dbz_outbox (id, aggregatetype, aggregateid, payload) VALUES ('u-1', 'Order', 'o', '{{}}')"))
         .await
         .unwrap();
@@ -223,10 +211,7 @@ async fn invalid_operation_fatal_and_missing_additional_column_error() {
             "no_such_column:envelope",
         )],
     );
-    setup.start = {
-        let p = binlog_position(&mut conn).await;
-        format!("{}:{}", p.0, p.1)
-    };
+    setup.start_here(&mut conn).await;
     conn.query_drop(format!("INSERT INTO {db}.dbz_outbox (id, aggregatetype, aggregateid, payload) VALUES ('m-1', 'Order', 'o', '{{}}')"))
         .await
         .unwrap();

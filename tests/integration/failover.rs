@@ -4,23 +4,13 @@
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, OptsBuilder};
+use mysql_async::Conn;
 
 use crate::util::*;
 use crate::{check_stream, write_stream, TYPES};
 
 fn replica_port() -> u16 {
     mariadb_port() + 1
-}
-
-async fn replica_conn() -> Conn {
-    let opts = OptsBuilder::default()
-        .ip_or_hostname("127.0.0.1")
-        .tcp_port(replica_port())
-        .user(Some("app"))
-        .pass(Some("app-secret"))
-        .prefer_socket(false);
-    Conn::new(opts).await.expect("connect to the local replica")
 }
 
 /// Waits until the replica has applied everything the primary has written.
@@ -30,7 +20,7 @@ async fn wait_replica_caught_up(primary: &mut Conn) {
         .await
         .unwrap()
         .unwrap();
-    let mut replica = replica_conn().await;
+    let mut replica = app_conn_at(replica_port()).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let waited: Option<i64> = replica

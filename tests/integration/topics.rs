@@ -24,10 +24,7 @@ async fn topics_created_by_rule_and_tables_matched_by_pattern() {
     setup.extra_toml = format!(
         "[[kafka.topics.rule]]\npattern = \"{prefix}.Order\"\npartitions = 5\nconfig = {{ \"retention.ms\" = \"3600000\" }}\n"
     );
-    setup.start = {
-        let p = binlog_position(&mut conn).await;
-        format!("{}:{}", p.0, p.1)
-    };
+    setup.start_here(&mut conn).await;
     for tenant in ["a", "b"] {
         insert_txn(
             &mut conn,

@@ -42,17 +42,30 @@ pub fn unique(name: &str) -> (String, u32) {
     (format!("{name}_{tag}"), 100_000 + tag)
 }
 
+/// A monitoring port unique to this test run, below the ephemeral range (32768+) so no
+/// outgoing connection can be holding it.
+fn monitor_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    20_000 + ((std::process::id() % 100) * 100 + n) as u16 % 12_000
+}
+
 /// A connection as the `app` user, who may write and change global settings.
 pub async fn app_conn() -> Conn {
+    app_conn_at(mariadb_port()).await
+}
+
+/// An `app` connection to the server on `port` (the primary, or its replica).
+pub async fn app_conn_at(port: u16) -> Conn {
     let opts = OptsBuilder::default()
         .ip_or_hostname("127.0.0.1")
-        .tcp_port(mariadb_port())
+        .tcp_port(port)
         .user(Some("app"))
         .pass(Some("app-secret"))
         .prefer_socket(false);
-    Conn::new(opts)
-        .await
-        .expect("connect to the local MariaDB as app (is scripts/services up?)")
+    Conn::new(opts).await.unwrap_or_else(|e| {
+        panic!("connect to the local MariaDB on {port} as app (is scripts/services up?): {e}")
+    })
 }
 
 /// The server's current binlog position, `FILE:OFFSET`.
@@ -196,7 +209,7 @@ impl RouterSetup {
             start: format!("{}:{}", start.0, start.1),
             flush_interval_ms: 200,
             extra_tables: Vec::new(),
-            monitor_port: 20_000 + (server_id % 20_000) as u16,
+            monitor_port: monitor_port(),
             source_port: mariadb_port(),
             kafka_properties: Vec::new(),
             extra_toml: String::new(),
@@ -204,6 +217,12 @@ impl RouterSetup {
             source_toml: String::new(),
             kafka_bootstrap: kafka_bootstrap(),
         }
+    }
+
+    /// Starts the router at the server's current position (after the test's DDL).
+    pub async fn start_here(&mut self, conn: &mut Conn) {
+        let (file, offset) = binlog_position(conn).await;
+        self.start = format!("{file}:{offset}");
     }
 
     pub fn topic(&self, agg_type: &str) -> String {
