@@ -33,7 +33,11 @@ pub async fn watch(config: &Config, metrics: Metrics, shutdown: CancellationToke
                 }
             }
         }
-        let checkpoint = metrics.checkpoint();
+        // Until the pipeline has found or recorded its start there is nothing to judge.
+        let Some(checkpoint) = metrics.checkpoint() else {
+            continue;
+        };
+        let checkpoint = Some(checkpoint);
         let observed = status::observe(
             conn.as_mut().expect("connected above"),
             checkpoint.as_ref(),
