@@ -634,6 +634,23 @@ impl CutProxy {
         }
     }
 
+    /// Waits until at least one proxied connection is open (the router reconnected).
+    pub async fn wait_live(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.live() == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "no connection through the proxy within {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn live(&self) -> usize {
+        let conns = self.conns.lock().unwrap();
+        conns.iter().filter(|c| !c.is_finished()).count()
+    }
+
     /// Drops every proxied connection; returns how many were cut.
     pub fn cut(&self) -> usize {
         let conns = std::mem::take(&mut *self.conns.lock().unwrap());
