@@ -20,6 +20,12 @@ use outbox_router::pipeline::{self, PipelineError, SinkKind};
 use outbox_router::recover::{recover, RecoverOptions};
 use outbox_router::source;
 
+/// glibc's malloc spent about 40 % of the router's CPU in profiles (binlog rows and Kafka
+/// records are many small, short-lived allocations); mimalloc serves them from
+/// thread-local pages.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Exit code when the checkpoint's binlog file is gone from the server.
 const EXIT_PURGED: u8 = 3;
 /// `status` exit code when it cannot tell (Nagios UNKNOWN).
