@@ -116,6 +116,9 @@ enum Command {
 enum SinkArg {
     Kafka,
     Stdout,
+    /// Discard records (measures reading, mapping and routing alone); the checkpoint
+    /// still advances, so only with a scratch checkpoint directory.
+    Null,
 }
 
 #[derive(Subcommand)]
@@ -245,6 +248,10 @@ async fn run(config: &Config, sink: SinkArg) -> Result<ExitCode> {
     let sink = match sink {
         SinkArg::Kafka => SinkKind::Kafka,
         SinkArg::Stdout => SinkKind::Stdout,
+        SinkArg::Null => {
+            tracing::warn!(checkpoint_dir = %config.checkpoint.dir.display(), "null sink: records are discarded and the checkpoint still advances; use a scratch checkpoint directory");
+            SinkKind::Null
+        }
     };
     pipeline::run(config, sink, shutdown, Metrics::default()).await?;
     Ok(ExitCode::SUCCESS)

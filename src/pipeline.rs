@@ -36,6 +36,8 @@ pub enum SinkKind {
     Kafka,
     /// JSON lines on stdout (dry run).
     Stdout,
+    /// Nowhere: acknowledged at once (benchmarks of the read side).
+    Null,
 }
 
 /// Why the pipeline stopped.
@@ -221,6 +223,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let sink = match sink_kind {
         SinkKind::Kafka => Sink::Kafka(KafkaSink::new(&config.kafka)?),
         SinkKind::Stdout => Sink::Stdout(StdoutSink),
+        SinkKind::Null => Sink::Null,
     };
     let start = start_position(config, store, &mut conn, flavor, &sink).await?;
     metrics.set_checkpoint(&start);

@@ -78,6 +78,9 @@ pub enum Sink {
     Kafka(KafkaSink),
     /// JSON lines on stdout, for dry runs.
     Stdout(StdoutSink),
+    /// Acknowledges at once and keeps nothing: measures the source, outbox and route
+    /// stages alone (`bench/compare`'s raw-read contender).
+    Null,
 }
 
 impl Sink {
@@ -86,6 +89,10 @@ impl Sink {
         match self {
             Sink::Kafka(k) => k.send(records).await,
             Sink::Stdout(s) => s.send(records),
+            Sink::Null => {
+                let n = records.len();
+                Ok(Box::pin(futures::future::ready(Ok(n))))
+            }
         }
     }
 }

@@ -1,0 +1,139 @@
+# Shared by the bench scripts (sourced): how each contender is configured, so every
+# harness runs them the same way. Expects ROOT, W (work dir), B (bootstrap), RUN, DB.
+
+SQL() { mariadb --defaults-file="$ROOT/.local/mariadb/my.cnf" -uroot "$@"; }
+log() { printf '[%s] %s\n' "$(basename "$0")" "$*" >&2; }
+
+# Creates the outbox table the benchmarks write to.
+create_outbox() {
+  SQL -e "CREATE DATABASE $DB; CREATE TABLE $DB.outbox (
+    event_id VARCHAR(64) PRIMARY KEY, aggregate_type VARCHAR(64) NOT NULL, aggregate_id VARCHAR(64) NOT NULL,
+    event_type VARCHAR(64) NOT NULL, payload LONGTEXT NOT NULL, created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))"
+}
+
+# Creates a prefix's topics Type0..Type<n-1> up front (broker default: 3 partitions), so
+# contenders measure streaming, not topic creation.
+create_topics() {
+  local prefix=$1 n=$2
+  for t in $(seq 0 $((n - 1))); do kcat -b "$B" -L -t "$prefix.Type$t" >/dev/null 2>&1 || true; done
+}
+
+# Fetches Debezium and the Kafka Connect runtime from Maven once.
+DBZ=$ROOT/.local/debezium/libs
+fetch_debezium() {
+  if [ ! -f "$DBZ/.complete" ]; then
+    log "fetching Debezium + Kafka Connect jars"
+    mvn -q -B -f "$ROOT/bench/debezium/pom.xml" dependency:copy-dependencies -DoutputDirectory="$DBZ" >"$W/mvn.log" 2>&1
+    touch "$DBZ/.complete"
+  fi
+}
+
+# Writes Connect standalone + Debezium MariaDB connector + EventRouter configs routing
+# to "$1.Type<n>", and sets CONNECT to the command that runs it.
+debezium_config() {
+  local prefix=$1
+  cat > "$W/worker.properties" <<P
+bootstrap.servers=$B
+key.converter=org.apache.kafka.connect.storage.StringConverter
+value.converter=org.apache.kafka.connect.storage.StringConverter
+offset.storage.file.filename=$W/connect.offsets
+offset.flush.interval.ms=1000
+listeners=http://127.0.0.1:8083
+plugin.path=
+P
+  cat > "$W/connector.properties" <<P
+name=outbox-$RUN
+connector.class=io.debezium.connector.mariadb.MariaDbConnector
+tasks.max=1
+database.hostname=127.0.0.1
+database.port=3307
+database.user=app
+database.password=app-secret
+database.server.id=$((RUN % 100000 + 200000))
+topic.prefix=dbz$RUN
+database.include.list=$DB
+table.include.list=$DB.outbox
+snapshot.mode=no_data
+include.schema.changes=false
+schema.history.internal.kafka.bootstrap.servers=$B
+schema.history.internal.kafka.topic=dbz-history-$RUN
+heartbeat.interval.ms=1000
+transforms=outbox
+transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
+transforms.outbox.table.field.event.id=event_id
+transforms.outbox.table.field.event.key=aggregate_id
+transforms.outbox.route.by.field=aggregate_type
+transforms.outbox.route.topic.replacement=$prefix.\${routedByValue}
+P
+  cat > "$W/log4j2.properties" <<'P'
+rootLogger.level = WARN
+rootLogger.appenderRef.stderr.ref = STDERR
+appender.stderr.type = Console
+appender.stderr.name = STDERR
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = [%d] %p %m (%c)%n
+P
+  CONNECT=(java -Xms256m -Xmx2g -Dlog4j2.configurationFile="$W/log4j2.properties" -cp "$DBZ/*"
+    org.apache.kafka.connect.cli.ConnectStandalone "$W/worker.properties" "$W/connector.properties")
+}
+
+# Waits (up to 120 s) until the Debezium connector and its task report RUNNING.
+debezium_running() {
+  for _ in $(seq 1 120); do
+    curl -s --max-time 2 "127.0.0.1:8083/connectors/outbox-$RUN/status" 2>/dev/null |
+      grep -q '"state":"RUNNING".*"tasks":\[{"id":0,"state":"RUNNING"' && return 0
+    sleep 1
+  done
+  log "Debezium did not reach RUNNING; see $W"
+  return 1
+}
+
+# Writes the outbox-router config routing to "$1.Type<n>" from binlog position "$2"
+# (or "latest"), with its metrics on "$3" (or "off").
+router_config() {
+  local prefix=$1 start=$2 listen=${3:-off}
+  cat <<T
+[source]
+host = "127.0.0.1"
+port = 3307
+user = "cdc"
+password_env = "OUTBOX_DB_PASSWORD"
+server_id = $((RUN % 100000 + 300000))
+start = "$start"
+[outbox]
+tables = ["$DB.outbox"]
+[outbox.columns]
+event_id = "event_id"
+aggregate_type = "aggregate_type"
+aggregate_id = "aggregate_id"
+event_type = "event_type"
+payload = "payload"
+[route]
+topic = "$prefix.\${routedByValue}"
+[kafka]
+bootstrap_servers = "$B"
+[checkpoint]
+dir = "$W/checkpoint"
+[monitor]
+listen = "$listen"
+T
+}
+
+# Runs Debezium until it has stored a binlog offset (with snapshot.mode=no_data it starts
+# from the current position), then stops it, so a later run reads everything after.
+# Debezium only commits an offset after it has seen an event: keep some unrelated
+# binlog traffic going meanwhile.
+debezium_prime() {
+  "${CONNECT[@]}" > "$W/prime.log" 2>&1 &
+  local pid=$!
+  debezium_running || { kill $pid; return 1; }
+  SQL -e "CREATE TABLE IF NOT EXISTS $DB.tick (n INT)"
+  for _ in $(seq 1 120); do
+    [ -s "$W/connect.offsets" ] && break
+    SQL -e "INSERT INTO $DB.tick VALUES (1)"
+    sleep 1
+  done
+  kill -TERM $pid; wait $pid 2>/dev/null || true
+  [ -s "$W/connect.offsets" ] || { log "Debezium stored no offset; see $W/prime.log"; return 1; }
+}
