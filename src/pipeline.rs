@@ -17,10 +17,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::checkpoint::{Checkpoint, CheckpointError, CheckpointStore};
-use crate::config::{Config, ResumeBy, SnapshotMode, StartFrom};
+use crate::config::{Config, ResumeBy, SnapshotMode, StartFrom, ValueFormat};
 use crate::monitor::Metrics;
 use crate::outbox::{InvalidEvent, Mapper, OnInvalid};
-use crate::route::{Batch, Router};
+use crate::route::{AvroError, AvroValues, Batch, RegistryError, Router};
 use crate::sink::{KafkaSink, Sink, SinkError, StdoutSink};
 use crate::source::{self, server, BinlogReader, Position, SourceError};
 
@@ -52,12 +52,20 @@ pub enum PipelineError {
     Invalid(InvalidEvent),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Avro(#[from] AvroError),
     #[error("the server is not configured for row-based CDC:\n  {0}")]
     Settings(String),
     #[error("{0}")]
     Config(String),
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl From<RegistryError> for PipelineError {
+    fn from(e: RegistryError) -> Self {
+        PipelineError::Avro(AvroError::Registry(e))
+    }
 }
 
 impl From<InvalidEvent> for PipelineError {
@@ -77,6 +85,7 @@ impl PipelineError {
         match self {
             PipelineError::Source(e) => e.is_transient(),
             PipelineError::Sink(e) => e.is_transient(),
+            PipelineError::Avro(AvroError::Registry(_)) => true,
             _ => false,
         }
     }
@@ -264,7 +273,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     metrics.set_connected(true);
     info!(position = %start, by_gtid, tables = ?config.outbox.tables, "streaming binlog");
 
-    let (mapper, router) = mapper_and_router(config, metrics)?;
+    let (mapper, router) = mapper_and_router(config, metrics).await?;
     let (tx, rx) = mpsc::channel(CHANNEL_TRANSACTIONS);
     let stop_reading = shutdown.child_token();
     let reader_task = tokio::spawn(read_loop(
@@ -293,14 +302,25 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     read
 }
 
-/// The outbox and route stages, as configured.
-pub(crate) fn mapper_and_router(
+/// The outbox and route stages, as configured (schemas loaded and, with a registry,
+/// registered).
+pub(crate) async fn mapper_and_router(
     config: &Config,
     metrics: &Metrics,
 ) -> Result<(Mapper, Router), PipelineError> {
     let rules = std::sync::Arc::new(config.rules().map_err(PipelineError::Config)?);
+    let avro = match config.value.format {
+        ValueFormat::Json => None,
+        ValueFormat::Avro if rules.has_envelope() => {
+            return Err(PipelineError::Config(
+                "value.format = \"avro\" encodes the payload alone; it cannot be combined with envelope placements (table.fields.additional.placement …:envelope)".into(),
+            ))
+        }
+        ValueFormat::Avro => Some(std::sync::Arc::new(AvroValues::load(&config.value).await?)),
+    };
     let mapper = Mapper::new(rules.clone(), metrics.clone());
-    let router = Router::new(rules, &config.route, config.kafka.max_message_bytes());
+    let router =
+        Router::new(rules, &config.route, config.kafka.max_message_bytes()).with_avro(avro);
     Ok((mapper, router))
 }
 
@@ -321,7 +341,7 @@ async fn read_loop(
             txn = reader.next_transaction() => txn?,
         };
         metrics.transaction();
-        let mut batch = router.route(mapper.map(txn)?);
+        let mut batch = router.route(mapper.map(txn)?)?;
         if !batch.invalid.is_empty() {
             policy.apply(&router, &metrics, &mut batch)?;
         }

@@ -88,7 +88,7 @@ pub(crate) async fn republish(
     sink: &Sink,
 ) -> Result<u64, PipelineError> {
     let metrics = Metrics::default();
-    let (mapper, router) = mapper_and_router(config, &metrics)?;
+    let (mapper, router) = mapper_and_router(config, &metrics).await?;
     let policy = InvalidPolicy::of(config);
     let order_by: Vec<String> = if !config.source.snapshot_order_by.is_empty() {
         config.source.snapshot_order_by.clone()
@@ -122,7 +122,7 @@ pub(crate) async fn republish(
                 commit_time_ms: now_ms(),
                 changes,
             };
-            let mut batch = router.route(mapper.map(txn)?);
+            let mut batch = router.route(mapper.map(txn)?)?;
             policy.apply(&router, &metrics, &mut batch)?;
             events += sink.send(batch.records).await?.await? as u64;
         }

@@ -1,7 +1,14 @@
 //! Route stage: an `OutboxEvent` becomes a Kafka record — topic from the route value
 //! (regex + replacement, `outbox.event.${routedByValue}` by default), key = aggregate
 //! id, event id and additional columns as headers, value = the payload bytes unchanged,
-//! or a JSON envelope when columns are placed in one, or a tombstone.
+//! or a JSON envelope when columns are placed in one, or a tombstone; with
+//! `value.format = "avro"` the payload encoded against its schema.
+
+mod avro;
+mod registry;
+
+pub use avro::{AvroError, AvroValues, SharedAvro};
+pub use registry::{Registry, RegistryError};
 
 use crate::config::RouteConfig;
 use std::sync::Arc;
@@ -83,6 +90,8 @@ pub struct Router {
     event_id_header: String,
     /// Records above this are invalid rows (librdkafka's `message.max.bytes`).
     max_record_bytes: usize,
+    /// Avro encoding of values, when configured.
+    avro: Option<SharedAvro>,
 }
 
 impl Router {
@@ -93,27 +102,34 @@ impl Router {
             rules,
             event_id_header: cfg.event_id_header.clone(),
             max_record_bytes,
+            avro: None,
         }
     }
 
+    /// Encodes values as Avro with these schemas.
+    pub fn with_avro(mut self, avro: Option<SharedAvro>) -> Self {
+        self.avro = avro;
+        self
+    }
+
     /// Routes every event of a transaction; events that cannot be routed join the
-    /// transaction's invalid rows.
-    pub fn route(&self, txn: MappedTransaction) -> Batch {
+    /// transaction's invalid rows. Fails only when the schema registry does.
+    pub fn route(&self, txn: MappedTransaction) -> Result<Batch, RegistryError> {
         let commit = txn.commit_time_ms;
         let mut invalid = txn.invalid;
         let mut records = Vec::with_capacity(txn.events.len());
         for e in txn.events {
-            match self.record(e, commit) {
+            match self.record(e, commit)? {
                 Ok(r) => records.push(r),
                 Err(e) => invalid.push(e),
             }
         }
-        Batch {
+        Ok(Batch {
             end: txn.end,
             commit_time_ms: commit,
             records,
             invalid,
-        }
+        })
     }
 
     /// The dead-letter record for an invalid row: raw row, reason and position as JSON,
@@ -150,22 +166,34 @@ impl Router {
         }
     }
 
-    fn record(&self, e: OutboxEvent, commit_time_ms: i64) -> Result<Record, InvalidEvent> {
+    fn record(
+        &self,
+        e: OutboxEvent,
+        commit_time_ms: i64,
+    ) -> Result<Result<Record, InvalidEvent>, RegistryError> {
         let topic = self.rules.topic(&e.route_value);
-        check_topic(&topic).map_err(|r| InvalidEvent::of(&e, r))?;
-        let value = self.value(&e);
+        if let Err(reason) = check_topic(&topic) {
+            return Ok(Err(InvalidEvent::of(&e, reason)));
+        }
+        let mut value = self.value(&e);
+        if let (Some(avro), Some(payload)) = (&self.avro, &value) {
+            match avro.encode(&e, &topic, payload)? {
+                Ok(v) => value = Some(v),
+                Err(reason) => return Ok(Err(InvalidEvent::of(&e, reason))),
+            }
+        }
         let size = e.key.len() + value.as_ref().map_or(0, Vec::len) + e.id.0.len();
         if size > self.max_record_bytes {
             let reason = format!(
                 "record of {size} bytes exceeds the producer's message.max.bytes ({}); Kafka would reject it",
                 self.max_record_bytes
             );
-            return Err(InvalidEvent::of(&e, reason));
+            return Ok(Err(InvalidEvent::of(&e, reason)));
         }
         let mut headers = Vec::with_capacity(1 + e.headers.len());
         headers.push((self.event_id_header.clone(), e.id.0.clone()));
         headers.extend(e.headers);
-        Ok(Record {
+        Ok(Ok(Record {
             topic,
             key: e.key,
             value,
@@ -177,7 +205,7 @@ impl Router {
                 position: e.position,
                 id: e.id,
             },
-        })
+        }))
     }
 
     /// The record value: a tombstone for an empty payload when asked; the payload bytes
