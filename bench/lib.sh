@@ -99,7 +99,8 @@ debezium_running() {
 }
 
 # Writes the outbox-router config routing to "$1.Type<n>" from binlog position "$2"
-# (or "latest"), with its metrics on "$3" (or "off").
+# (or "latest"), with its metrics on "$3" (or "off"); ROUTER_EXTRA_TOML is appended (to
+# try settings).
 router_config() {
   local prefix=$1 start=$2 listen=${3:-off}
   cat <<T
@@ -126,6 +127,7 @@ bootstrap_servers = "$B"
 dir = "$W/checkpoint"
 [monitor]
 listen = "$listen"
+${ROUTER_EXTRA_TOML:-}
 T
 }
 

@@ -286,7 +286,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         metrics.clone(),
     ));
 
-    let mut acker = Acker::new(
+    let acker = Acker::new(
         store,
         start,
         Duration::from_millis(config.checkpoint.flush_interval_ms),
@@ -395,42 +395,39 @@ impl InvalidPolicy {
     }
 }
 
-/// Tracks acknowledged transactions and writes the checkpoint.
+/// Tracks acknowledged transactions and hands the watermark to the checkpoint writer.
 struct Acker<'a> {
-    store: &'a CheckpointStore,
     metrics: &'a Metrics,
     /// End of the last transaction whose records, and all earlier ones, are acknowledged.
     watermark: Position,
     watermark_commit_ms: i64,
-    saved: Position,
-    last_save: Instant,
-    interval: Duration,
+    /// The last watermark handed to the writer.
+    published: Position,
+    writer: CheckpointWriter,
 }
 
 type Completed = (Position, i64, usize, Result<usize, SinkError>);
 
 impl<'a> Acker<'a> {
     fn new(
-        store: &'a CheckpointStore,
+        store: &CheckpointStore,
         start: Position,
         interval: Duration,
         metrics: &'a Metrics,
     ) -> Self {
         Self {
-            store,
             metrics,
             watermark: start.clone(),
             watermark_commit_ms: 0,
-            saved: start,
-            last_save: Instant::now(),
-            interval,
+            published: start,
+            writer: CheckpointWriter::start(store.clone(), interval, metrics.clone()),
         }
     }
 
     /// Sends batches and advances the watermark until the channel closes or a delivery
     /// fails; then drains what is in flight (bounded) and writes the final checkpoint.
     async fn run(
-        &mut self,
+        mut self,
         sink: &Sink,
         mut rx: mpsc::Receiver<Batch>,
         config: &Config,
@@ -440,7 +437,7 @@ impl<'a> Acker<'a> {
         let mut in_flight: FuturesOrdered<futures::future::BoxFuture<'static, Completed>> =
             FuturesOrdered::new();
         let mut in_flight_records = 0usize;
-        let mut tick = tokio::time::interval(self.interval);
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
         let mut failure: Option<PipelineError> = None;
         loop {
             tokio::select! {
@@ -468,9 +465,14 @@ impl<'a> Acker<'a> {
                     self.metrics.set_in_flight(in_flight_records);
                     in_flight.push_back(Box::pin(async move { (end, commit, n, delivery.await) }));
                 }
-                _ = tick.tick() => {}
+                _ = tick.tick() => {
+                    // A failed checkpoint write stops the pipeline; its error is reported below.
+                    if self.writer.has_stopped() {
+                        break;
+                    }
+                }
             }
-            self.maybe_save(false)?;
+            self.publish();
         }
         // Stop reading first, then wait for what Kafka already has, so a restart does
         // not race the old producer's last deliveries.
@@ -494,8 +496,12 @@ impl<'a> Acker<'a> {
                 "records still unacknowledged at the deadline; they will be sent again after restart"
             );
         }
-        self.maybe_save(true)?;
-        failure.map_or(Ok(()), Err)
+        self.publish();
+        let written = self.writer.finish().await;
+        match (failure, written) {
+            (Some(e), _) | (None, Err(e)) => Err(e),
+            (None, Ok(())) => Ok(()),
+        }
     }
 
     fn complete(&mut self, (end, commit_ms, _, result): Completed) -> Result<(), PipelineError> {
@@ -509,16 +515,66 @@ impl<'a> Acker<'a> {
         Ok(())
     }
 
-    fn maybe_save(&mut self, force: bool) -> Result<(), PipelineError> {
-        if self.watermark == self.saved || (!force && self.last_save.elapsed() < self.interval) {
-            return Ok(());
+    fn publish(&mut self) {
+        if self.watermark != self.published {
+            self.writer
+                .publish(Checkpoint::new(self.watermark.clone(), self.watermark_commit_ms));
+            self.published = self.watermark.clone();
         }
-        let cp = Checkpoint::new(self.watermark.clone(), self.watermark_commit_ms);
-        self.store.save(&cp)?;
-        self.metrics.checkpoint_written(&cp);
-        self.saved = self.watermark.clone();
-        self.last_save = Instant::now();
-        Ok(())
+    }
+}
+
+/// Stores the newest acknowledged watermark at most once per interval, on a blocking
+/// thread: sled's flush waits for the disk, and the acker must keep sending meanwhile
+/// (checkpoint writes inside the acker put 20 ms stalls into the latency tail).
+struct CheckpointWriter {
+    tx: tokio::sync::watch::Sender<Option<Checkpoint>>,
+    task: tokio::task::JoinHandle<Result<(), PipelineError>>,
+}
+
+impl CheckpointWriter {
+    fn start(store: CheckpointStore, interval: Duration, metrics: Metrics) -> Self {
+        let (tx, mut rx) = tokio::sync::watch::channel::<Option<Checkpoint>>(None);
+        let task = tokio::spawn(async move {
+            loop {
+                // Err once the acker is done; the newest value is still saved below.
+                let closed = rx.changed().await.is_err();
+                let newest = rx.borrow_and_update().clone();
+                if let Some(cp) = newest {
+                    let s = store.clone();
+                    let saved = cp.clone();
+                    tokio::task::spawn_blocking(move || s.save(&saved))
+                        .await
+                        .map_err(|e| {
+                            PipelineError::Internal(format!("checkpoint writer failed: {e}"))
+                        })??;
+                    metrics.checkpoint_written(&cp);
+                }
+                if closed {
+                    return Ok(());
+                }
+                tokio::time::sleep(interval).await;
+            }
+        });
+        Self { tx, task }
+    }
+
+    /// Hands over a newer watermark; only the newest one waiting is written.
+    fn publish(&self, checkpoint: Checkpoint) {
+        self.tx.send_replace(Some(checkpoint));
+    }
+
+    /// True when the writer ended early (a failed write).
+    fn has_stopped(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Writes what was published last and waits for it to be on disk.
+    async fn finish(self) -> Result<(), PipelineError> {
+        drop(self.tx);
+        self.task
+            .await
+            .map_err(|e| PipelineError::Internal(format!("checkpoint writer failed: {e}")))?
     }
 }
 

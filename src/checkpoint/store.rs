@@ -30,6 +30,7 @@ pub enum CheckpointError {
 }
 
 /// Durable storage of one checkpoint.
+#[derive(Clone)]
 pub struct CheckpointStore {
     db: sled::Db,
     dir: PathBuf,

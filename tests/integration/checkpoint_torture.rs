@@ -61,21 +61,26 @@ fn checkpoint_store_survives_kill9_during_writes() {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
+        let (first_durable, wrote) = std::sync::mpsc::channel::<()>();
         let reader = std::thread::spawn(move || {
             let (mut d, mut a) = (0u64, 0u64);
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(v) = line.strip_prefix("durable ") {
                     d = v.parse().unwrap();
+                    let _ = first_durable.send(());
                 } else if let Some(v) = line.strip_prefix("attempt ") {
                     a = v.parse().unwrap();
                 }
             }
             (d, a)
         });
+        // Every cycle makes progress however slow the disk is today; then the kill
+        // lands at a random moment of the following writes.
+        let _ = wrote.recv_timeout(Duration::from_secs(30));
         seed = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        std::thread::sleep(Duration::from_millis(20 + (seed >> 33) % 60));
+        std::thread::sleep(Duration::from_millis((seed >> 33) % 60));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         let (d, a) = reader.join().unwrap();

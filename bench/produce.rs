@@ -1,0 +1,106 @@
+//! Raw produce limit for the benchmark's data shape: N records spread like the backlog
+//! (100 topics `<prefix>.Type<n>`, keys `agg-<n % 10000>`, an `id` header, ≈200-byte
+//! JSON values) produced as fast as librdkafka takes them, with the router's producer
+//! settings (acks=all, idempotence, lz4, linger 5 ms). No binlog, no checkpoint: what
+//! Kafka alone allows on this machine for exactly this traffic.
+//!
+//!   cargo run --release --example produce -- --prefix bench.raw --count 1000000
+//!
+//! Prints `records=… seconds=… records_per_sec=…` once every record is acknowledged.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use clap::Parser;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::ClientContext;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long)]
+    prefix: String,
+    #[arg(long, default_value_t = 1_000_000)]
+    count: u64,
+    #[arg(long, default_value_t = 100)]
+    topics: u64,
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+}
+
+/// Counts acknowledgements and failures.
+#[derive(Default)]
+struct Counts {
+    acked: AtomicU64,
+    failed: AtomicU64,
+}
+
+struct Ctx(Arc<Counts>);
+impl ClientContext for Ctx {}
+impl ProducerContext for Ctx {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(_) => self.0.acked.fetch_add(1, Ordering::Relaxed),
+            Err(_) => self.0.failed.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let counts = Arc::new(Counts::default());
+    let producer: ThreadedProducer<Ctx> = ClientConfig::new()
+        .set("bootstrap.servers", &args.bootstrap)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("compression.type", "lz4")
+        .set("linger.ms", "5")
+        .create_with_context(Ctx(counts.clone()))?;
+    let topics: Vec<String> = (0..args.topics)
+        .map(|t| format!("{}.Type{t}", args.prefix))
+        .collect();
+    let pad = "x".repeat(160);
+    let start = Instant::now();
+    for seq in 1..=args.count {
+        let id = format!("raw-{seq}");
+        let key = format!("agg-{}", seq % 10_000);
+        let value = format!("{{\"seq\":{seq},\"pad\":\"{pad}\"}}");
+        let headers = OwnedHeaders::new_with_capacity(1).insert(Header {
+            key: "id",
+            value: Some(&id),
+        });
+        let mut record = BaseRecord::to(&topics[(seq % args.topics) as usize])
+            .key(&key)
+            .payload(&value)
+            .headers(headers);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err((e, _)) => bail!("produce failed: {e}"),
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(120))?;
+    let secs = start.elapsed().as_secs_f64();
+    let (acked, failed) = (
+        counts.acked.load(Ordering::Relaxed),
+        counts.failed.load(Ordering::Relaxed),
+    );
+    if acked != args.count || failed > 0 {
+        bail!("{acked} of {} acknowledged, {failed} failed", args.count);
+    }
+    println!(
+        "records={acked} seconds={secs:.2} records_per_sec={:.0}",
+        acked as f64 / secs
+    );
+    Ok(())
+}
