@@ -17,7 +17,8 @@ use clap::Parser;
 use mysql_async::prelude::Queryable;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
 #[derive(Parser)]
@@ -44,6 +45,10 @@ struct Args {
     mysql: String,
     #[arg(long, default_value = "127.0.0.1:9092")]
     bootstrap: String,
+    /// No CDC at all: each writer also produces its event to Kafka itself right after
+    /// COMMIT (acks=all, linger 0). Measures the floor any binlog connector sits on.
+    #[arg(long)]
+    direct: bool,
 }
 
 /// Commit instants by event id, filled by writers, drained by the consumer.
@@ -58,6 +63,18 @@ async fn main() -> Result<()> {
     let run = format!("{}", chrono_free_run_id());
 
     let started = Instant::now();
+    let direct: Option<FutureProducer> = if args.direct {
+        Some(
+            ClientConfig::new()
+                .set("bootstrap.servers", &args.bootstrap)
+                .set("acks", "all")
+                .set("enable.idempotence", "true")
+                .set("linger.ms", "0")
+                .create()?,
+        )
+    } else {
+        None
+    };
     let mut writers = Vec::new();
     for w in 0..args.writers {
         writers.push(tokio::spawn(write(
@@ -70,6 +87,7 @@ async fn main() -> Result<()> {
             args.types,
             total,
             committed.clone(),
+            direct.clone().map(|p| (p, args.prefix.clone())),
         )));
     }
 
@@ -195,6 +213,7 @@ async fn write(
     types: u32,
     total: u64,
     committed: Committed,
+    direct: Option<(FutureProducer, String)>,
 ) -> Result<()> {
     let mut conn = mysql_async::Conn::from_url(&url).await?;
     conn.query_drop(format!("USE `{db}`")).await?;
@@ -216,7 +235,22 @@ async fn write(
             ),
         )
         .await?;
-        committed.lock().unwrap().insert(id, Instant::now());
+        committed.lock().unwrap().insert(id.clone(), Instant::now());
+        if let Some((producer, prefix)) = &direct {
+            let topic = format!("{prefix}.Type{}", seq % types as u64);
+            let key = format!("agg-{}", seq % 1000);
+            let record = FutureRecord::to(&topic)
+                .key(&key)
+                .payload("{}")
+                .headers(OwnedHeaders::new().insert(Header {
+                    key: "id",
+                    value: Some(&id),
+                }));
+            producer
+                .send(record, Duration::from_secs(30))
+                .await
+                .map_err(|(e, _)| anyhow::anyhow!("direct produce: {e}"))?;
+        }
         seq += n as u64;
     }
     conn.disconnect().await?;
