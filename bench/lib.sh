@@ -27,6 +27,15 @@ create_topics() {
   wait
 }
 
+# Creates a prefix's 100 topics and writes 300,000 records of the benchmark's shape into
+# them: a partition's first megabytes go in markedly slower than later ones (a 1M backlog
+# took 8.4 s into partitions holding one record each, 6.2-6.4 s once they held a few
+# hundred kB), and every contender should meet the same broker state.
+warm_topics() {
+  create_topics "$1" 100
+  "$ROOT/target/release/examples/produce" --prefix "$1" --count 300000 >/dev/null
+}
+
 # Fetches Debezium and the Kafka Connect runtime from Maven once.
 DBZ=$ROOT/.local/debezium/libs
 fetch_debezium() {
@@ -147,4 +156,29 @@ debezium_prime() {
   done
   kill -TERM $pid; wait $pid 2>/dev/null || true
   [ -s "$W/connect.offsets" ] || { log "Debezium stored no offset; see $W/prime.log"; return 1; }
+}
+
+# Waits (up to 2 minutes) until InnoDB has written back the pages the backlog dirtied, so
+# each contender starts on a quiet server instead of racing the flush of a million-row
+# insert (whoever ran first paid for it).
+settle() {
+  local pct
+  pct=$(SQL -N -e "SELECT @@GLOBAL.innodb_max_dirty_pages_pct")
+  SQL -e "SET GLOBAL innodb_max_dirty_pages_pct = 0"
+  for _ in $(seq 1 240); do
+    [ "$(SQL -N -e "SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'" | awk '{print $2}')" -lt 10 ] && break
+    sleep 0.5
+  done
+  SQL -e "SET GLOBAL innodb_max_dirty_pages_pct = $pct"
+}
+
+# CPU seconds used so far by the Kafka broker and by MariaDB ("kafka mariadb"), to show
+# where the machine's two cores went during a contender's run.
+server_cpu() {
+  local k m hz
+  hz=$(getconf CLK_TCK)
+  k=$(pgrep -f 'kafka\.Kafka' | head -1)
+  m=$(pgrep -f 'mariadbd --defaults-file=.*/mariadb/my.cnf' | head -1)
+  awk -v hz="$hz" '{printf "%.2f ", ($14 + $15) / hz}' "/proc/$k/stat"
+  awk -v hz="$hz" '{printf "%.2f\n", ($14 + $15) / hz}' "/proc/$m/stat"
 }
