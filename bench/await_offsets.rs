@@ -65,7 +65,12 @@ fn main() -> Result<()> {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("only {} of {} records after {} s", now - baseline, args.count, args.timeout_secs);
+            bail!(
+                "only {} of {} records after {} s",
+                now - baseline,
+                args.count,
+                args.timeout_secs
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }

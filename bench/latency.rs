@@ -239,13 +239,12 @@ async fn write(
         if let Some((producer, prefix)) = &direct {
             let topic = format!("{prefix}.Type{}", seq % types as u64);
             let key = format!("agg-{}", seq % 1000);
-            let record = FutureRecord::to(&topic)
-                .key(&key)
-                .payload("{}")
-                .headers(OwnedHeaders::new().insert(Header {
+            let record = FutureRecord::to(&topic).key(&key).payload("{}").headers(
+                OwnedHeaders::new().insert(Header {
                     key: "id",
                     value: Some(&id),
-                }));
+                }),
+            );
             producer
                 .send(record, Duration::from_secs(30))
                 .await

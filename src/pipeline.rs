@@ -517,8 +517,10 @@ impl<'a> Acker<'a> {
 
     fn publish(&mut self) {
         if self.watermark != self.published {
-            self.writer
-                .publish(Checkpoint::new(self.watermark.clone(), self.watermark_commit_ms));
+            self.writer.publish(Checkpoint::new(
+                self.watermark.clone(),
+                self.watermark_commit_ms,
+            ));
             self.published = self.watermark.clone();
         }
     }
