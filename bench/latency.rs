@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::Queryable;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
@@ -49,15 +50,100 @@ struct Args {
     /// COMMIT (acks=all, linger 0). Measures the floor any binlog connector sits on.
     #[arg(long)]
     direct: bool,
+    /// Switch the topics to broker (LogAppendTime) timestamps first and also report the
+    /// commit → broker part of the latency, to tell the source side from the consumer's.
+    #[arg(long)]
+    split: bool,
+    /// No Kafka: the probe reads the binlog itself with the router's own reader and
+    /// measures commit → transaction in the reader (MariaDB's dump thread plus decoding).
+    #[arg(long)]
+    source_only: bool,
+}
+
+/// Where the probe sees events arrive.
+enum Arrivals {
+    Kafka(StreamConsumer),
+    Binlog(
+        Box<outbox_router::source::BinlogReader>,
+        std::collections::VecDeque<String>,
+    ),
+}
+
+impl Arrivals {
+    /// The next event id seen, with the broker's append time when it carries one.
+    async fn next(&mut self) -> Result<Option<(String, Option<i64>)>> {
+        match self {
+            Arrivals::Kafka(consumer) => {
+                let msg = consumer.recv().await.context("consuming")?;
+                let ts = match msg.timestamp() {
+                    rdkafka::Timestamp::LogAppendTime(ms) => Some(ms),
+                    _ => None,
+                };
+                Ok(msg
+                    .headers()
+                    .and_then(|h| {
+                        h.iter()
+                            .find(|h| h.key == "id")
+                            .and_then(|h| h.value)
+                            .map(|v| String::from_utf8_lossy(v).trim_matches('"').to_string())
+                    })
+                    .map(|id| (id, ts)))
+            }
+            Arrivals::Binlog(reader, pending) => {
+                while pending.is_empty() {
+                    let txn = reader.next_transaction().await?;
+                    for change in txn.changes {
+                        // event_id is the table's first column.
+                        if let Some(BinlogValue::Value(mysql_async::Value::Bytes(b))) =
+                            change.row.as_ref().and_then(|r| r.as_ref(0))
+                        {
+                            pending.push_back(String::from_utf8_lossy(b).into_owned());
+                        }
+                    }
+                }
+                Ok(pending.pop_front().map(|id| (id, None)))
+            }
+        }
+    }
+}
+
+/// The router's binlog reader on the probe's table, from the current position.
+async fn binlog_arrivals(args: &Args) -> Result<Arrivals> {
+    use outbox_router::pattern::Pattern;
+    use outbox_router::source::{server, BinlogReader};
+    let url = args.mysql.replace("app:app-secret", "cdc:cdc-secret");
+    let mut conn = mysql_async::Conn::from_url(&url).await?;
+    let flavor = server::flavor(&mut conn).await?;
+    let start = server::current_position(&mut conn, flavor).await?;
+    let server_id = 900_000 + std::process::id() % 90_000;
+    let table = Pattern::new(&format!("{}.outbox", args.db));
+    let reader = BinlogReader::start(
+        conn,
+        flavor,
+        server_id,
+        start,
+        false,
+        &[table],
+        Duration::from_secs(1),
+    )
+    .await?;
+    Ok(Arrivals::Binlog(Box::new(reader), Default::default()))
 }
 
 /// Commit instants by event id, filled by writers, drained by the consumer.
-type Committed = Arc<Mutex<HashMap<String, Instant>>>;
+type Committed = Arc<Mutex<HashMap<String, (Instant, i64)>>>;
 
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let consumer = assigned_consumer(&args).await?;
+    if args.split {
+        log_append_time(&args).await?;
+    }
+    let mut arrivals = if args.source_only {
+        binlog_arrivals(&args).await?
+    } else {
+        Arrivals::Kafka(assigned_consumer(&args).await?)
+    };
     let committed: Committed = Default::default();
     let total = args.rate as u64 * args.seconds;
     let run = format!("{}", chrono_free_run_id());
@@ -92,6 +178,7 @@ async fn main() -> Result<()> {
     }
 
     let mut latencies_us: Vec<u64> = Vec::with_capacity(total as usize);
+    let mut to_broker_us: Vec<i64> = Vec::new();
     let write_deadline = Duration::from_secs(args.seconds + 30);
     let mut writers_done = false;
     let mut drain_deadline = None;
@@ -105,17 +192,12 @@ async fn main() -> Result<()> {
         {
             break;
         }
-        let msg = match tokio::time::timeout(Duration::from_millis(200), consumer.recv()).await {
+        let next = match tokio::time::timeout(Duration::from_millis(200), arrivals.next()).await {
             Err(_) => continue,
-            Ok(m) => m.context("consuming")?,
+            Ok(n) => n?,
         };
         let received = Instant::now();
-        let Some(id) = msg.headers().and_then(|h| {
-            h.iter()
-                .find(|h| h.key == "id")
-                .and_then(|h| h.value)
-                .map(|v| String::from_utf8_lossy(v).trim_matches('"').to_string())
-        }) else {
+        let Some((id, append_ms)) = next else {
             continue;
         };
         if !id.starts_with(&run) {
@@ -131,8 +213,11 @@ async fn main() -> Result<()> {
             }
             tokio::task::yield_now().await;
         };
-        if let Some(at) = at {
+        if let Some((at, wall_us)) = at {
             latencies_us.push(received.saturating_duration_since(at).as_micros() as u64);
+            if let Some(ms) = append_ms {
+                to_broker_us.push(ms * 1000 - wall_us);
+            }
         }
     }
     for w in writers {
@@ -147,6 +232,18 @@ async fn main() -> Result<()> {
         let i = ((latencies_us.len() as f64 - 1.0) * p).round() as usize;
         latencies_us[i] as f64 / 1000.0
     };
+    if !to_broker_us.is_empty() {
+        to_broker_us.sort_unstable();
+        let q = |p: f64| {
+            to_broker_us[((to_broker_us.len() as f64 - 1.0) * p).round() as usize] as f64 / 1000.0
+        };
+        println!(
+            "commit_to_broker_append: p50_ms={:.1} p99_ms={:.1} max_ms={:.1} (broker clock in ms)",
+            q(0.5),
+            q(0.99),
+            q(1.0)
+        );
+    }
     println!(
         "rate={} seconds={} sent={} received={} p50_ms={:.1} p99_ms={:.1} max_ms={:.1} wall_s={:.1}",
         args.rate,
@@ -235,7 +332,10 @@ async fn write(
             ),
         )
         .await?;
-        committed.lock().unwrap().insert(id.clone(), Instant::now());
+        committed
+            .lock()
+            .unwrap()
+            .insert(id.clone(), (Instant::now(), wall_micros()));
         if let Some((producer, prefix)) = &direct {
             let topic = format!("{prefix}.Type{}", seq % types as u64);
             let key = format!("agg-{}", seq % 1000);
@@ -253,6 +353,37 @@ async fn write(
         seq += n as u64;
     }
     conn.disconnect().await?;
+    Ok(())
+}
+
+fn wall_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or_default()
+}
+
+/// Sets `message.timestamp.type=LogAppendTime` on the contender's topics.
+async fn log_append_time(args: &Args) -> Result<()> {
+    use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &args.bootstrap)
+        .create()?;
+    let names: Vec<String> = (0..args.types)
+        .map(|t| format!("{}.Type{t}", args.prefix))
+        .collect();
+    let changes: Vec<AlterConfig> = names
+        .iter()
+        .map(|n| {
+            AlterConfig::new(ResourceSpecifier::Topic(n))
+                .set("message.timestamp.type", "LogAppendTime")
+        })
+        .collect();
+    for r in admin.alter_configs(&changes, &AdminOptions::new()).await? {
+        if let Err((resource, code)) = r {
+            bail!("altering {resource:?}: {code}");
+        }
+    }
     Ok(())
 }
 
