@@ -108,8 +108,8 @@ debezium_running() {
 }
 
 # Writes the outbox-router config routing to "$1.Type<n>" from binlog position "$2"
-# (or "latest"), with its metrics on "$3" (or "off"); ROUTER_EXTRA_TOML is appended (to
-# try settings).
+# (or "latest"), with its metrics on "$3" (or "off"); ROUTER_EXTRA_TOML is appended and
+# CHECKPOINT_FLUSH_MS sets the checkpoint interval (to try settings).
 router_config() {
   local prefix=$1 start=$2 listen=${3:-off}
   cat <<T
@@ -134,6 +134,7 @@ topic = "$prefix.\${routedByValue}"
 bootstrap_servers = "$B"
 [checkpoint]
 dir = "$W/checkpoint"
+flush_interval_ms = ${CHECKPOINT_FLUSH_MS:-500}
 [monitor]
 listen = "$listen"
 ${ROUTER_EXTRA_TOML:-}
