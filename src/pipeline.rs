@@ -406,7 +406,8 @@ struct Acker<'a> {
     writer: CheckpointWriter,
 }
 
-type Completed = (Position, i64, usize, Result<usize, SinkError>);
+/// End position, commit time, records, when they were handed over, the delivery.
+type Completed = (Position, i64, usize, Instant, Result<usize, SinkError>);
 
 impl<'a> Acker<'a> {
     fn new(
@@ -453,17 +454,19 @@ impl<'a> Acker<'a> {
                 batch = rx.recv(), if in_flight_records < max_in_flight => {
                     let Some(batch) = batch else { break };
                     let n = batch.records.len();
-                    let (end, commit) = (batch.end, batch.commit_time_ms);
+                    let (end, commit, routed_at) = (batch.end, batch.commit_time_ms, batch.routed_at);
                     let records_topics = topics_of(&batch.records);
                     let delivery = match sink.send(batch.records).await {
                         Ok(d) => d,
                         Err(e) => { failure = Some(e.into()); break; }
                     };
                     crash_point!("sink.after_send_before_ack");
+                    let sent_at = Instant::now();
+                    self.metrics.routed_to_sent((sent_at - routed_at).as_secs_f64());
                     count_routed(self.metrics, &records_topics);
                     in_flight_records += n;
                     self.metrics.set_in_flight(in_flight_records);
-                    in_flight.push_back(Box::pin(async move { (end, commit, n, delivery.await) }));
+                    in_flight.push_back(Box::pin(async move { (end, commit, n, sent_at, delivery.await) }));
                 }
                 _ = tick.tick() => {
                     // A failed checkpoint write stops the pipeline; its error is reported below.
@@ -504,8 +507,12 @@ impl<'a> Acker<'a> {
         }
     }
 
-    fn complete(&mut self, (end, commit_ms, _, result): Completed) -> Result<(), PipelineError> {
+    fn complete(
+        &mut self,
+        (end, commit_ms, _, sent_at, result): Completed,
+    ) -> Result<(), PipelineError> {
         let n = result?;
+        self.metrics.sent_to_acked(sent_at.elapsed().as_secs_f64());
         self.metrics.acked(n as u64);
         self.watermark = end;
         if commit_ms > 0 {

@@ -7,6 +7,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use super::Status;
@@ -34,6 +35,8 @@ struct Inner {
     checkpoint_file_index: IntGauge,
     runway_seconds: IntGauge,
     retention_seconds: IntGauge,
+    routed_to_sent: Histogram,
+    sent_to_acked: Histogram,
     state: Mutex<State>,
 }
 
@@ -75,6 +78,8 @@ impl Default for Metrics {
             checkpoint_file_index: reg!("checkpoint_file_index", "Numeric suffix of the checkpoint's binlog file", IntGauge::default()),
             runway_seconds: reg!("retention_runway_seconds", "Seconds until the binlog file holding the checkpoint may be purged (-1: no expiry)", IntGauge::default()),
             retention_seconds: reg!("binlog_retention_seconds", "The server's binlog retention (0: none)", IntGauge::default()),
+            routed_to_sent: reg!("routed_to_sent_seconds", "Per transaction: routed until its records are handed to the producer (queueing in the router)", Histogram::new(exponential_buckets(0.0001, 2.0, 18))),
+            sent_to_acked: reg!("sent_to_acked_seconds", "Per transaction: handed to the producer until Kafka acknowledged all its records", Histogram::new(exponential_buckets(0.0001, 2.0, 18))),
             registry,
             state: Mutex::new(State::default()),
         };
@@ -100,6 +105,14 @@ pub struct Snapshot {
 }
 
 impl Metrics {
+    /// Times a transaction from routing to the producer's hands.
+    pub fn routed_to_sent(&self, secs: f64) {
+        self.0.routed_to_sent.observe(secs);
+    }
+    /// Times a transaction from the producer's hands to Kafka's acknowledgement.
+    pub fn sent_to_acked(&self, secs: f64) {
+        self.0.sent_to_acked.observe(secs);
+    }
     /// Counts a committed transaction read.
     pub fn transaction(&self) {
         self.0.transactions.inc();

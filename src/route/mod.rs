@@ -81,6 +81,8 @@ pub struct Batch {
     pub records: Vec<Record>,
     /// Events that cannot be records, for the `on_invalid` policy.
     pub invalid: Vec<InvalidEvent>,
+    /// When the transaction was routed, for the pipeline's stage timings.
+    pub routed_at: std::time::Instant,
 }
 
 /// Turns events into records.
@@ -129,6 +131,7 @@ impl Router {
             commit_time_ms: commit,
             records,
             invalid,
+            routed_at: std::time::Instant::now(),
         })
     }
 
