@@ -183,3 +183,17 @@ server_cpu() {
   awk -v hz="$hz" '{printf "%.2f ", ($14 + $15) / hz}' "/proc/$k/stat"
   awk -v hz="$hz" '{printf "%.2f\n", ($14 + $15) / hz}' "/proc/$m/stat"
 }
+
+# Waits until the router with metrics on port "$1" has acknowledged "$2" events; fails
+# when process "$3" (the router, or the time(1) wrapping it) exits first.
+await_acked() {
+  local port=$1 n=$2 pid=$3 acked
+  while :; do
+    kill -0 "$pid" 2>/dev/null || { log "router exited early"; return 1; }
+    # The port is not open for the first polls: that is not a failure.
+    acked=$({ curl -s --max-time 2 "127.0.0.1:$port/metrics" 2>/dev/null || true; } |
+      awk '/^outbox_router_events_acked_total/ {print $2}')
+    [ "${acked:-0}" -ge "$n" ] && return 0
+    sleep 0.05
+  done
+}

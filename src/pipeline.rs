@@ -401,8 +401,8 @@ struct Acker<'a> {
     /// End of the last transaction whose records, and all earlier ones, are acknowledged.
     watermark: Position,
     watermark_commit_ms: i64,
-    /// The last watermark handed to the writer.
-    published: Position,
+    /// The watermark moved since it was last handed to the writer.
+    unpublished: bool,
     writer: CheckpointWriter,
 }
 
@@ -418,9 +418,9 @@ impl<'a> Acker<'a> {
     ) -> Self {
         Self {
             metrics,
-            watermark: start.clone(),
+            watermark: start,
             watermark_commit_ms: 0,
-            published: start,
+            unpublished: false,
             writer: CheckpointWriter::start(store.clone(), interval, metrics.clone()),
         }
     }
@@ -515,6 +515,7 @@ impl<'a> Acker<'a> {
         self.metrics.sent_to_acked(sent_at.elapsed().as_secs_f64());
         self.metrics.acked(n as u64);
         self.watermark = end;
+        self.unpublished = true;
         if commit_ms > 0 {
             self.watermark_commit_ms = commit_ms;
         }
@@ -523,12 +524,11 @@ impl<'a> Acker<'a> {
     }
 
     fn publish(&mut self) {
-        if self.watermark != self.published {
+        if std::mem::take(&mut self.unpublished) {
             self.writer.publish(Checkpoint::new(
                 self.watermark.clone(),
                 self.watermark_commit_ms,
             ));
-            self.published = self.watermark.clone();
         }
     }
 }

@@ -153,19 +153,16 @@ impl AvroValues {
         })?;
         unknown_fields(&json, &s.schema, "")
             .map_err(|f| format!("payload field {f} is not in Avro schema {}", s.name))?;
+        let schemata: Vec<&Schema> = self.schemas.iter().map(|s| &s.schema).collect();
         let value = Value::try_from(json)
-            .and_then(|v| v.resolve_schemata(&s.schema, self.schemata()))
+            .and_then(|v| v.resolve_schemata(&s.schema, schemata.clone()))
             .map_err(|err| format!("payload does not fit Avro schema {}: {err}", s.name))?;
         // The replacement (GenericDatumWriter) borrows the schemata it resolves; this
         // one-call form is fine at outbox rates and keeps AvroValues free of self-borrows.
         #[allow(deprecated)]
-        let datum = apache_avro::to_avro_datum_schemata(&s.schema, self.schemata(), value)
+        let datum = apache_avro::to_avro_datum_schemata(&s.schema, schemata, value)
             .map_err(|err| format!("payload does not fit Avro schema {}: {err}", s.name))?;
         Ok((i, datum))
-    }
-
-    fn schemata(&self) -> Vec<&Schema> {
-        self.schemas.iter().map(|s| &s.schema).collect()
     }
 
     /// The event type header names the schema; else the aggregate type.
