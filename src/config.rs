@@ -294,7 +294,8 @@ pub enum ResumeBy {
     /// GTID when possible, else file and offset.
     #[default]
     Auto,
-    /// Always by GTID (MariaDB); an error when the checkpoint has none.
+    /// Always by GTID (MariaDB connect state, MySQL GTID set); an error when the
+    /// checkpoint has none.
     Gtid,
     /// Always by file and offset (same server only).
     Position,

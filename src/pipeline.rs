@@ -240,9 +240,9 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let by_gtid = match config.source.resume_by {
         ResumeBy::Position => false,
         ResumeBy::Auto => {
-            flavor == server::Flavor::MariaDb && !start.gtid.is_empty() && {
-                // A domain the checkpoint never saw would be replayed from the server's
-                // oldest binlog: only resume by GTID when every domain is covered.
+            !start.gtid.is_empty() && {
+                // A MariaDB domain the checkpoint never saw would be replayed from the
+                // server's oldest binlog: only resume by GTID when every domain is covered.
                 let server_gtid = server::current_position(&mut conn, flavor).await?.gtid;
                 start.gtid.covers_domains_of(&server_gtid)
             }

@@ -3,6 +3,7 @@
 
 mod connect;
 mod mariadb;
+mod mysql_gtid;
 mod position;
 mod reader;
 pub mod server;
@@ -10,6 +11,8 @@ pub mod snapshot;
 mod transaction;
 
 pub use connect::{connect, SourceError};
-pub use position::{BinlogFile, GtidState, MariaGtid, Position, PositionError};
+pub use position::{
+    BinlogFile, GtidState, MariaGtid, MariaGtidState, MySqlGtidSet, Position, PositionError,
+};
 pub use reader::BinlogReader;
 pub use transaction::{RowChange, RowOp, TableName, Transaction};

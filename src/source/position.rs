@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use mysql_async::binlog::events::GtidEvent;
 use serde::{Deserialize, Serialize};
+
+pub use super::mysql_gtid::MySqlGtidSet;
 
 /// Why a position, file name or GTID text could not be parsed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -19,6 +22,8 @@ pub enum PositionError {
     OffsetTooSmall(u64),
     #[error("{0:?} is not a MariaDB GTID (expected DOMAIN-SERVER-SEQ, e.g. 0-1-42)")]
     BadGtid(String),
+    #[error("{0:?} is not a MySQL GTID set (expected UUID:INTERVALS,…, e.g. 3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5)")]
+    BadGtidSet(String),
 }
 
 /// A binlog file name such as `mysql-bin.000003`: a base name and a numeric suffix.
@@ -129,11 +134,10 @@ impl FromStr for MariaGtid {
 
 /// MariaDB GTID state: the last GTID seen in each replication domain
 /// (the format of `@@gtid_binlog_pos` and `@slave_connect_state`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct GtidState(BTreeMap<u32, MariaGtid>);
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MariaGtidState(BTreeMap<u32, MariaGtid>);
 
-impl GtidState {
+impl MariaGtidState {
     /// Records a transaction's GTID as the newest of its domain.
     pub fn apply(&mut self, gtid: MariaGtid) {
         self.0.insert(gtid.domain, gtid);
@@ -145,7 +149,7 @@ impl GtidState {
     }
 
     /// True when every replication domain of `other` has a GTID here.
-    pub fn covers_domains_of(&self, other: &GtidState) -> bool {
+    pub fn covers_domains_of(&self, other: &MariaGtidState) -> bool {
         other.0.keys().all(|d| self.0.contains_key(d))
     }
 
@@ -155,7 +159,7 @@ impl GtidState {
     }
 }
 
-impl fmt::Display for GtidState {
+impl fmt::Display for MariaGtidState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, g) in self.0.values().enumerate() {
             if i > 0 {
@@ -167,14 +171,100 @@ impl fmt::Display for GtidState {
     }
 }
 
-impl FromStr for GtidState {
+impl FromStr for MariaGtidState {
     type Err = PositionError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let mut state = GtidState::default();
+        let mut state = MariaGtidState::default();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             state.apply(part.parse()?);
         }
         Ok(state)
+    }
+}
+
+/// The GTID state stored with a position: none, MariaDB's last GTID per domain, or
+/// MySQL's GTID set. One enum, so a position never carries both kinds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum GtidState {
+    /// The server has no GTIDs, or the router has not learnt them.
+    #[default]
+    None,
+    /// MariaDB: `domain-server-seq` per replication domain.
+    MariaDb(MariaGtidState),
+    /// MySQL: every transaction the position includes, as a GTID set.
+    MySql(MySqlGtidSet),
+}
+
+impl GtidState {
+    /// True when no GTID is known.
+    pub fn is_empty(&self) -> bool {
+        match self {
+            GtidState::None => true,
+            GtidState::MariaDb(m) => m.is_empty(),
+            GtidState::MySql(s) => s.is_empty(),
+        }
+    }
+
+    /// Records a MariaDB transaction's GTID (or a GTID list's entry).
+    pub fn apply_mariadb(&mut self, gtid: MariaGtid) {
+        match self {
+            GtidState::MariaDb(m) => m.apply(gtid),
+            _ => {
+                let mut m = MariaGtidState::default();
+                m.apply(gtid);
+                *self = GtidState::MariaDb(m);
+            }
+        }
+    }
+
+    /// Records a MySQL transaction's GTID, when a GTID set is being kept.
+    ///
+    /// A set is only extended, never started here: one begun mid-history would claim
+    /// to lack every earlier transaction, and resuming by it would replay them all.
+    pub fn apply_mysql(&mut self, event: &GtidEvent) {
+        if let GtidState::MySql(set) = self {
+            set.apply(event);
+        }
+    }
+
+    /// True when resuming by this state cannot miss a part of the server's history that
+    /// `server` (the server's current state) knows of.
+    pub fn covers_domains_of(&self, server: &GtidState) -> bool {
+        match (self, server) {
+            (GtidState::MariaDb(mine), GtidState::MariaDb(theirs)) => {
+                mine.covers_domains_of(theirs)
+            }
+            // A set names what the replica has; the server sends everything else, or
+            // says (error 1236) that it purged some of it.
+            (GtidState::MySql(_), GtidState::MySql(_)) => true,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for GtidState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GtidState::None => Ok(()),
+            GtidState::MariaDb(m) => m.fmt(f),
+            GtidState::MySql(s) => s.fmt(f),
+        }
+    }
+}
+
+impl FromStr for GtidState {
+    type Err = PositionError;
+    /// Empty → none; with a `:` (after a UUID) → a MySQL set; else MariaDB GTIDs.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        if s.is_empty() {
+            Ok(GtidState::None)
+        } else if s.contains(':') {
+            Ok(GtidState::MySql(s.parse()?))
+        } else {
+            Ok(GtidState::MariaDb(s.parse()?))
+        }
     }
 }
 
@@ -215,7 +305,7 @@ impl Position {
         Ok(Self {
             file,
             offset,
-            gtid: GtidState::default(),
+            gtid: GtidState::None,
         })
     }
 
@@ -257,7 +347,7 @@ impl FromStr for Position {
                     .ok_or_else(|| PositionError::BadPosition(s.to_string()))?;
                 (fp, g.parse()?)
             }
-            None => (s, GtidState::default()),
+            None => (s, GtidState::None),
         };
         let (file, offset) = file_pos
             .rsplit_once(':')
@@ -301,6 +391,19 @@ mod tests {
         let c: Position = "other.000001:4".parse().unwrap();
         assert!(a < b);
         assert_eq!(a.partial_cmp(&c), None);
+    }
+
+    #[test]
+    fn mysql_gtid_sets_round_trip_and_stay_apart_from_mariadb_state() {
+        let text = "mysql-bin.000003:154 gtid=3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:7";
+        let p: Position = text.parse().unwrap();
+        assert!(matches!(p.gtid, GtidState::MySql(_)));
+        assert_eq!(p.to_string(), text);
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(serde_json::from_str::<Position>(&json).unwrap(), p);
+        let maria: Position = "mysql-bin.000003:154 gtid=0-1-42".parse().unwrap();
+        assert!(matches!(maria.gtid, GtidState::MariaDb(_)));
+        assert!(!p.gtid.covers_domains_of(&maria.gtid));
     }
 
     #[test]

@@ -10,14 +10,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use mysql_async::binlog::events::{Event, EventData, RowsEventData};
+use mysql_async::binlog::events::{Event, EventData, RowsEventData, TransactionPayloadEvent};
 use mysql_async::binlog::EventType;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
 
 use super::mariadb;
 use super::server::Flavor;
-use super::{BinlogFile, Position, RowChange, RowOp, SourceError, TableName, Transaction};
+use super::{
+    BinlogFile, GtidState, Position, RowChange, RowOp, SourceError, TableName, Transaction,
+};
 use crate::pattern::Pattern;
 
 /// Reads committed transactions from a binlog stream.
@@ -44,7 +46,8 @@ pub struct BinlogReader {
 
 impl BinlogReader {
     /// Registers as a replica with `server_id` and requests the binlog from `start`: by
-    /// its GTID state when `by_gtid` and the server is MariaDB, else by file and offset.
+    /// its GTID state when `by_gtid` (MariaDB connect state or MySQL GTID set), else by
+    /// file and offset.
     pub async fn start(
         mut conn: Conn,
         flavor: Flavor,
@@ -67,25 +70,32 @@ impl BinlogReader {
                 query: "SET @master_heartbeat_period",
                 source,
             })?;
-        let by_gtid = by_gtid && flavor == Flavor::MariaDb && !start.gtid.is_empty();
-        let request = if by_gtid {
-            // The server finds the place after these GTIDs in its own binlog, whatever its
-            // file names: this is what makes a failover to a replica work.
-            conn.query_drop(format!("SET @slave_connect_state='{}'", start.gtid))
-                .await
-                .map_err(|source| SourceError::Query {
-                    query: "SET @slave_connect_state",
-                    source,
-                })?;
-            exec(&mut conn, "SET @slave_gtid_strict_mode=0").await?;
-            exec(&mut conn, "SET @slave_gtid_ignore_duplicates=0").await?;
-            BinlogStreamRequest::new(server_id)
+        let by_gtid = by_gtid && !start.gtid.is_empty();
+        let request = match (&start.gtid, by_gtid) {
+            (GtidState::MariaDb(state), true) => {
+                // The server finds the place after these GTIDs in its own binlog, whatever
+                // its file names: this is what makes a failover to a replica work.
+                conn.query_drop(format!("SET @slave_connect_state='{state}'"))
+                    .await
+                    .map_err(|source| SourceError::Query {
+                        query: "SET @slave_connect_state",
+                        source,
+                    })?;
+                exec(&mut conn, "SET @slave_gtid_strict_mode=0").await?;
+                exec(&mut conn, "SET @slave_gtid_ignore_duplicates=0").await?;
+                BinlogStreamRequest::new(server_id)
+                    .with_filename(b"")
+                    .with_pos(4)
+            }
+            // MySQL sends every transaction not in the set (COM_BINLOG_DUMP_GTID).
+            (GtidState::MySql(set), true) => BinlogStreamRequest::new(server_id)
+                .with_gtid()
                 .with_filename(b"")
                 .with_pos(4)
-        } else {
-            BinlogStreamRequest::new(server_id)
+                .with_gtid_set(set.to_sids()),
+            _ => BinlogStreamRequest::new(server_id)
                 .with_filename(start.file.name().as_bytes())
-                .with_pos(start.offset)
+                .with_pos(start.offset),
         };
         let stream = conn
             .get_binlog_stream(request)
@@ -157,14 +167,14 @@ impl BinlogReader {
                     .ok_or_else(|| self.decode_error(event_end, "short MariaDB GTID event"))?;
                 self.begin();
                 self.in_explicit_txn = !gtid.standalone;
-                self.at.gtid.apply(gtid.gtid);
+                self.at.gtid.apply_mariadb(gtid.gtid);
                 return Ok(None);
             }
             mariadb::GTID_LIST_EVENT => {
                 let list = mariadb::parse_gtid_list(event.data())
                     .ok_or_else(|| self.decode_error(event_end, "short MariaDB GTID list event"))?;
                 for gtid in list {
-                    self.at.gtid.apply(gtid);
+                    self.at.gtid.apply_mariadb(gtid);
                 }
                 return Ok(None);
             }
@@ -189,13 +199,24 @@ impl BinlogReader {
                 return Ok(Some(self.commit(self.at.offset, header.timestamp())));
             }
             EventType::FORMAT_DESCRIPTION_EVENT => self.seen_format_description = true,
-            EventType::GTID_EVENT
-            | EventType::ANONYMOUS_GTID_EVENT
-            | EventType::GTID_TAGGED_LOG_EVENT => {
-                // MySQL GTID sets are not tracked yet; the file position is authoritative.
+            EventType::GTID_EVENT | EventType::GTID_TAGGED_LOG_EVENT => {
                 self.begin();
+                let Some(EventData::GtidEvent(gtid)) = self.read(&event, event_end)? else {
+                    return Err(self.decode_error(event_end, "MySQL GTID event did not decode"));
+                };
+                self.at.gtid.apply_mysql(&gtid);
             }
-            EventType::TRANSACTION_PAYLOAD_EVENT => self.payload_end = Some(event_end),
+            EventType::ANONYMOUS_GTID_EVENT => self.begin(),
+            EventType::TRANSACTION_PAYLOAD_EVENT => {
+                // mysql_async expands the payload into the events that follow, but drops
+                // one it cannot parse without a word: that would lose the transaction.
+                event
+                    .read_event::<TransactionPayloadEvent<'_>>()
+                    .map_err(|e| {
+                        self.decode_error(event_end, format!("compressed transaction: {e}"))
+                    })?;
+                self.payload_end = Some(event_end);
+            }
             EventType::TABLE_MAP_EVENT => {
                 let Some(EventData::TableMapEvent(tme)) = self.read(&event, event_end)? else {
                     return Err(self.decode_error(event_end, "TABLE_MAP event did not decode"));
