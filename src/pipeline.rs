@@ -85,7 +85,7 @@ impl PipelineError {
         match self {
             PipelineError::Source(e) => e.is_transient(),
             PipelineError::Sink(e) => e.is_transient(),
-            PipelineError::Avro(AvroError::Registry(_)) => true,
+            PipelineError::Avro(AvroError::Registry(e)) => e.is_transient(),
             _ => false,
         }
     }

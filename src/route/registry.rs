@@ -18,6 +18,20 @@ pub enum RegistryError {
         subject: String,
         reason: String,
     },
+    #[error("schema registry {url} refused the schema for subject {subject:?}: {reason}\n  (an incompatible schema under the subject's compatibility rule, or missing rights: fix the registry or the schema, then start again)")]
+    Refused {
+        url: String,
+        subject: String,
+        reason: String,
+    },
+}
+
+impl RegistryError {
+    /// True when asking again later may succeed (registry down, overloaded, 5xx); a
+    /// refusal (4xx: incompatible schema, no rights) needs an operator.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, RegistryError::Register { .. })
+    }
 }
 
 /// A registry at one base URL.
@@ -77,6 +91,16 @@ impl Registry {
                 e.without_url()
             ))
         })?;
+        if status.is_client_error()
+            && status != reqwest::StatusCode::REQUEST_TIMEOUT
+            && status != reqwest::StatusCode::TOO_MANY_REQUESTS
+        {
+            return Err(RegistryError::Refused {
+                url: redact(&self.base),
+                subject: subject.to_string(),
+                reason: format!("HTTP {status}: {body}"),
+            });
+        }
         if !status.is_success() {
             return Err(fail(format!("HTTP {status}: {body}")));
         }

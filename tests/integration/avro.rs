@@ -218,3 +218,319 @@ async fn unparsable_schema_fails_at_start() {
     assert!(log.contains("do not parse"), "{log}");
     assert!(log.contains(&dir.display().to_string()), "{log}");
 }
+
+/// Registry tests share one registry (Apicurio, in memory) and one restarts it.
+static REGISTRY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The Confluent-compatible API of the local Apicurio Registry (`scripts/services up
+/// registry`).
+fn registry_url() -> String {
+    let port = std::env::var("OUTBOX_REGISTRY_PORT").unwrap_or_else(|_| "8081".into());
+    format!("http://127.0.0.1:{port}/apis/ccompat/v7")
+}
+
+async fn registry_get(path: &str) -> serde_json::Value {
+    let url = format!("{}/{path}", registry_url());
+    let resp = reqwest::get(&url).await.expect("registry answers");
+    assert!(resp.status().is_success(), "GET {url}: {}", resp.status());
+    resp.json().await.unwrap()
+}
+
+/// Decodes a Confluent-framed value (0, schema id, datum) with the schema the registry
+/// holds under that id; returns the schema's short name and the value as JSON.
+async fn decode_confluent(bytes: &[u8]) -> (u32, String, serde_json::Value) {
+    assert_eq!(bytes[0], 0, "Confluent magic byte");
+    let id = u32::from_be_bytes(bytes[1..5].try_into().unwrap());
+    let answer = registry_get(&format!("schemas/ids/{id}")).await;
+    let schema = Schema::parse_str(answer["schema"].as_str().unwrap()).unwrap();
+    let mut datum = &bytes[5..];
+    #[allow(deprecated)] // one call, no reader schema: the simplest decoder
+    let value: Value = apache_avro::from_avro_datum(&schema, &mut datum, None).unwrap();
+    assert!(datum.is_empty(), "trailing bytes after the datum");
+    let name = schema.name().unwrap().name().to_string();
+    (id, name, serde_json::Value::try_from(value).unwrap())
+}
+
+fn registry_setup(setup: &mut RouterSetup, subject: &str) {
+    setup.extra_toml = format!(
+        "[value]\nformat = \"avro\"\nschemas = \"{}\"\nregistry = {{ url = \"{}\", subject = \"{subject}\" }}\n",
+        repo_root().join("schemas").display(),
+        registry_url(),
+    );
+}
+
+async fn insert_rows(conn: &mut mysql_async::Conn, db: &str, rows: &[(&str, &str, &str, &str)]) {
+    for (id, agg, typ, payload) in rows {
+        conn.exec_drop(
+            format!("INSERT INTO {db}.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES (?,?,?,?,?)"),
+            (id, agg, "agg-1", typ, payload),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+const CREATED: &str =
+    r#"{"orderId":"o-1","customerId":"c-1","total":12.5,"lines":[{"sku":"A","quantity":2}]}"#;
+
+/// With a registry (`subject = "topic"`), values carry the Confluent framing: magic
+/// byte 0 and the id under which a real registry (Apicurio's Confluent API) holds the
+/// schema; each topic's schemas become versions of `<topic>-value`; a misfit is still
+/// dead-lettered.
+#[tokio::test(flavor = "multi_thread")]
+async fn confluent_framing_with_schemas_registered_per_topic() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let _registry = REGISTRY.lock().await;
+    services("up", "registry");
+    let (mut conn, mut setup) = fresh("avro_registry").await;
+    let db = setup.db.clone();
+    let dlq = format!("{}.dlq", setup.topic_prefix);
+    setup.outbox_toml = format!("on_invalid = \"dead-letter\"\ndead_letter_topic = \"{dlq}\"\n");
+    registry_setup(&mut setup, "topic");
+    let rows = [
+        ("created", "Order", "OrderCreated", CREATED),
+        (
+            "cancelled-1",
+            "Order",
+            "OrderCancelled",
+            r#"{"orderId":"o-1","reason":null}"#,
+        ),
+        (
+            "renamed",
+            "Customer",
+            "Renamed",
+            r#"{"customerId":"c-1","name":"Zoë"}"#,
+        ),
+        (
+            "misfit",
+            "Order",
+            "OrderCreated",
+            r#"{"orderId":"o-2","total":1}"#,
+        ),
+        (
+            "cancelled-2",
+            "Order",
+            "OrderCancelled",
+            r#"{"orderId":"o-3","reason":"late"}"#,
+        ),
+    ];
+    insert_rows(&mut conn, &db, &rows).await;
+    let order = setup.topic("Order");
+    let customer = setup.topic("Customer");
+    let topics = vec![order.clone(), customer.clone(), dlq.clone()];
+    let mut router = setup.start_router();
+    drain_and_stop(&mut router, &topics, rows.len());
+
+    let msgs = read_all(&topics);
+    assert_eq!(msgs.len(), rows.len(), "no duplicates, nothing lost");
+    let mut decoded = std::collections::HashMap::new();
+    for m in msgs.iter().filter(|m| m.topic != dlq) {
+        decoded.insert(
+            m.id(),
+            decode_confluent(m.payload.as_deref().unwrap()).await,
+        );
+    }
+    assert_eq!(decoded.len(), 4);
+    let (created_id, name, value) = &decoded["created"];
+    assert_eq!(name, "OrderCreated");
+    assert_eq!(
+        value,
+        &serde_json::json!({"orderId":"o-1","customerId":"c-1","total":12.5,"currency":"EUR",
+            "lines":[{"sku":"A","quantity":2}]})
+    );
+    let (c1, name, value) = &decoded["cancelled-1"];
+    assert_eq!(name, "OrderCancelled");
+    assert_eq!(value, &serde_json::json!({"orderId":"o-1","reason":null}));
+    let (c2, _, value) = &decoded["cancelled-2"];
+    assert_eq!(c1, c2, "one schema, one id");
+    assert_ne!(c1, created_id);
+    assert_eq!(value, &serde_json::json!({"orderId":"o-3","reason":"late"}));
+    assert_eq!(decoded["renamed"].1, "Customer");
+
+    let order_versions = registry_get(&format!("subjects/{order}-value/versions")).await;
+    assert_eq!(
+        order_versions,
+        serde_json::json!([1, 2]),
+        "two schemas on the Order topic"
+    );
+    let customer_versions = registry_get(&format!("subjects/{customer}-value/versions")).await;
+    assert_eq!(customer_versions, serde_json::json!([1]));
+    let latest = registry_get(&format!("subjects/{order}-value/versions/2")).await;
+    assert_eq!(latest["id"].as_u64(), Some(u64::from(*c1)), "{latest}");
+
+    let dead: Vec<&Msg> = msgs.iter().filter(|m| m.topic == dlq).collect();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].id(), "misfit");
+}
+
+/// `subject = "record"`: every schema is registered under its full name at start, and
+/// the ids in the records are those the registry gives for these subjects.
+#[tokio::test(flavor = "multi_thread")]
+async fn record_name_subjects_registered_at_start() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let _registry = REGISTRY.lock().await;
+    services("up", "registry");
+    let (mut conn, mut setup) = fresh("avro_registry_record").await;
+    let db = setup.db.clone();
+    registry_setup(&mut setup, "record");
+    let rows = [
+        ("created", "Order", "OrderCreated", CREATED),
+        (
+            "renamed",
+            "Customer",
+            "Renamed",
+            r#"{"customerId":"c-2","name":"Ann"}"#,
+        ),
+    ];
+    insert_rows(&mut conn, &db, &rows).await;
+    let topics = vec![setup.topic("Order"), setup.topic("Customer")];
+    let mut router = setup.start_router();
+    drain_and_stop(&mut router, &topics, rows.len());
+
+    let subjects = registry_get("subjects").await;
+    for full_name in [
+        "com.example.order.OrderCreated",
+        "com.example.order.OrderCancelled",
+        "com.example.customer.Customer",
+    ] {
+        assert!(
+            subjects.as_array().unwrap().iter().any(|s| s == full_name),
+            "{full_name} not in {subjects}"
+        );
+    }
+    let msgs = read_all(&topics);
+    assert_eq!(msgs.len(), 2);
+    for m in &msgs {
+        let (id, name, _) = decode_confluent(m.payload.as_deref().unwrap()).await;
+        let subject = match name.as_str() {
+            "OrderCreated" => "com.example.order.OrderCreated",
+            "Customer" => "com.example.customer.Customer",
+            other => panic!("unexpected schema {other}"),
+        };
+        let latest = registry_get(&format!("subjects/{subject}/versions/latest")).await;
+        assert_eq!(latest["id"].as_u64(), Some(u64::from(id)), "{latest}");
+    }
+}
+
+/// A registry that does not answer holds the events back (transient error, resume from
+/// the checkpoint) instead of dead-lettering them; once it answers, every event goes out
+/// exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn unreachable_registry_holds_events_until_it_answers() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let _registry = REGISTRY.lock().await;
+    services("down", "registry");
+    let (mut conn, mut setup) = fresh("avro_registry_down").await;
+    let db = setup.db.clone();
+    let dlq = format!("{}.dlq", setup.topic_prefix);
+    setup.outbox_toml = format!("on_invalid = \"dead-letter\"\ndead_letter_topic = \"{dlq}\"\n");
+    registry_setup(&mut setup, "topic");
+    let rows = [
+        ("first", "Order", "OrderCreated", CREATED),
+        (
+            "second",
+            "Order",
+            "OrderCancelled",
+            r#"{"orderId":"o-1","reason":null}"#,
+        ),
+        (
+            "third",
+            "Customer",
+            "Renamed",
+            r#"{"customerId":"c-3","name":"Bo"}"#,
+        ),
+    ];
+    insert_rows(&mut conn, &db, &rows).await;
+    let topics = vec![setup.topic("Order"), setup.topic("Customer"), dlq.clone()];
+    let mut router = setup.start_router();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        count(&topics),
+        0,
+        "nothing may go out without its schema id"
+    );
+    assert!(
+        router.wait(Duration::from_millis(10)).is_none(),
+        "the router must keep retrying:\n{}",
+        router.log()
+    );
+    services("up", "registry");
+    drain_and_stop(&mut router, &topics, rows.len());
+    let log = router.log();
+    assert!(
+        log.contains("schema registry") && log.contains("transient"),
+        "the outage is logged:\n{log}"
+    );
+    let msgs = read_all(&topics);
+    let mut ids: Vec<String> = msgs.iter().map(Msg::id).collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        ["first", "second", "third"],
+        "exactly once, none dead-lettered"
+    );
+    for m in &msgs {
+        decode_confluent(m.payload.as_deref().unwrap()).await;
+    }
+}
+
+/// A registry that refuses a schema (here: incompatible under the subject's `BACKWARD`
+/// rule, HTTP 409) stops the router with the subject and the registry's answer, instead
+/// of retrying forever or sending anything without an id.
+#[tokio::test(flavor = "multi_thread")]
+async fn schema_refused_by_the_registry_stops_the_router() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let _registry = REGISTRY.lock().await;
+    services("up", "registry");
+    let (mut conn, mut setup) = fresh("avro_registry_refused").await;
+    let db = setup.db.clone();
+    registry_setup(&mut setup, "topic");
+    let subject = format!("{}-value", setup.topic("Order"));
+    let client = reqwest::Client::new();
+    let created = std::fs::read_to_string(repo_root().join("schemas/OrderCreated.avsc")).unwrap();
+    for (method, path, body) in [
+        (
+            reqwest::Method::POST,
+            format!("subjects/{subject}/versions"),
+            serde_json::json!({ "schema": created }),
+        ),
+        (
+            reqwest::Method::PUT,
+            format!("config/{subject}"),
+            serde_json::json!({ "compatibility": "BACKWARD" }),
+        ),
+    ] {
+        let resp = client
+            .request(method, format!("{}/{path}", registry_url()))
+            .header("Content-Type", "application/vnd.schemaregistry.v1+json")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{path}: {}", resp.status());
+    }
+    let rows = [(
+        "cancelled",
+        "Order",
+        "OrderCancelled",
+        r#"{"orderId":"o-1","reason":null}"#,
+    )];
+    let before_insert = binlog_position(&mut conn).await;
+    insert_rows(&mut conn, &db, &rows).await;
+    let topics = vec![setup.topic("Order")];
+    let mut router = setup.start_router();
+    let status = router
+        .wait(Duration::from_secs(60))
+        .expect("a refused schema must stop the router");
+    let log = router.log();
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("refused the schema"), "{log}");
+    assert!(log.contains(&subject), "{log}");
+    assert!(log.contains("409"), "{log}");
+    assert_eq!(count(&topics), 0, "nothing sent without an id");
+    let checkpoint = setup.checkpoint().expect("a checkpoint");
+    assert!(
+        checkpoint <= before_insert,
+        "the checkpoint {checkpoint:?} moved past the event (written after {before_insert:?})"
+    );
+}
