@@ -50,6 +50,16 @@ struct Args {
     /// COMMIT (acks=all, linger 0). Measures the floor any binlog connector sits on.
     #[arg(long)]
     direct: bool,
+    /// With --direct: hand each event to the producer and go on without waiting for its
+    /// delivery (as a connector does), instead of one event in flight per writer.
+    #[arg(long)]
+    no_wait: bool,
+    /// With --direct: the producer's linger.ms (0: send at once; the router's default is 5)
+    /// and compression (the router's default is lz4).
+    #[arg(long, default_value_t = 0)]
+    linger_ms: u32,
+    #[arg(long, default_value = "none")]
+    compression: String,
     /// Switch the topics to broker (LogAppendTime) timestamps first and also report the
     /// commit → broker part of the latency, to tell the source side from the consumer's.
     #[arg(long)]
@@ -155,7 +165,8 @@ async fn main() -> Result<()> {
                 .set("bootstrap.servers", &args.bootstrap)
                 .set("acks", "all")
                 .set("enable.idempotence", "true")
-                .set("linger.ms", "0")
+                .set("linger.ms", args.linger_ms.to_string())
+                .set("compression.type", &args.compression)
                 .create()?,
         )
     } else {
@@ -173,7 +184,9 @@ async fn main() -> Result<()> {
             args.types,
             total,
             committed.clone(),
-            direct.clone().map(|p| (p, args.prefix.clone())),
+            direct
+                .clone()
+                .map(|p| (p, args.prefix.clone(), args.no_wait)),
         )));
     }
 
@@ -310,7 +323,7 @@ async fn write(
     types: u32,
     total: u64,
     committed: Committed,
-    direct: Option<(FutureProducer, String)>,
+    direct: Option<(FutureProducer, String, bool)>,
 ) -> Result<()> {
     let mut conn = mysql_async::Conn::from_url(&url).await?;
     conn.query_drop(format!("USE `{db}`")).await?;
@@ -336,7 +349,7 @@ async fn write(
             .lock()
             .unwrap()
             .insert(id.clone(), (Instant::now(), wall_micros()));
-        if let Some((producer, prefix)) = &direct {
+        if let Some((producer, prefix, no_wait)) = &direct {
             let topic = format!("{prefix}.Type{}", seq % types as u64);
             let key = format!("agg-{}", seq % 1000);
             let record = FutureRecord::to(&topic).key(&key).payload("{}").headers(
@@ -345,10 +358,17 @@ async fn write(
                     value: Some(&id),
                 }),
             );
-            producer
-                .send(record, Duration::from_secs(30))
-                .await
-                .map_err(|(e, _)| anyhow::anyhow!("direct produce: {e}"))?;
+            if *no_wait {
+                let delivery = producer
+                    .send_result(record)
+                    .map_err(|(e, _)| anyhow::anyhow!("direct produce: {e}"))?;
+                tokio::spawn(delivery);
+            } else {
+                producer
+                    .send(record, Duration::from_secs(30))
+                    .await
+                    .map_err(|(e, _)| anyhow::anyhow!("direct produce: {e}"))?;
+            }
         }
         seq += n as u64;
     }

@@ -64,23 +64,13 @@ impl BinlogReader {
             exec(&mut conn, "SET @mariadb_slave_capability=4").await?;
         }
         let period_ns = heartbeat.as_nanos().min(u64::MAX as u128) as u64;
-        conn.query_drop(format!("SET @master_heartbeat_period={period_ns}"))
-            .await
-            .map_err(|source| SourceError::Query {
-                query: "SET @master_heartbeat_period",
-                source,
-            })?;
+        set_variable(&mut conn, "SET @master_heartbeat_period", period_ns).await?;
         let by_gtid = by_gtid && !start.gtid.is_empty();
         let request = match (&start.gtid, by_gtid) {
             (GtidState::MariaDb(state), true) => {
                 // The server finds the place after these GTIDs in its own binlog, whatever
                 // its file names: this is what makes a failover to a replica work.
-                conn.query_drop(format!("SET @slave_connect_state='{state}'"))
-                    .await
-                    .map_err(|source| SourceError::Query {
-                        query: "SET @slave_connect_state",
-                        source,
-                    })?;
+                set_variable(&mut conn, "SET @slave_connect_state", format!("'{state}'")).await?;
                 exec(&mut conn, "SET @slave_gtid_strict_mode=0").await?;
                 exec(&mut conn, "SET @slave_gtid_ignore_duplicates=0").await?;
                 BinlogStreamRequest::new(server_id)
@@ -378,6 +368,21 @@ impl BinlogReader {
         self.changes.extend(decoded);
         Ok(())
     }
+}
+
+/// `SET @variable=value` (`statement` without the value) with a value known only at run
+/// time; errors name the statement, not the value.
+async fn set_variable(
+    conn: &mut Conn,
+    statement: &'static str,
+    value: impl std::fmt::Display,
+) -> Result<(), SourceError> {
+    conn.query_drop(format!("{statement}={value}"))
+        .await
+        .map_err(|source| SourceError::Query {
+            query: statement,
+            source,
+        })
 }
 
 async fn exec(conn: &mut Conn, sql: &'static str) -> Result<(), SourceError> {

@@ -251,12 +251,18 @@ async fn decode_confluent(bytes: &[u8]) -> (u32, String, serde_json::Value) {
     (id, name, serde_json::Value::try_from(value).unwrap())
 }
 
-fn registry_setup(setup: &mut RouterSetup, subject: &str) {
+/// A fresh outbox and router setup with Avro values, a registry (`subject` strategy) and
+/// misfits dead-lettered to the returned topic.
+async fn registry_fresh(name: &str, subject: &str) -> (mysql_async::Conn, RouterSetup, String) {
+    let (conn, mut setup) = fresh(name).await;
+    let dlq = format!("{}.dlq", setup.topic_prefix);
+    setup.outbox_toml = format!("on_invalid = \"dead-letter\"\ndead_letter_topic = \"{dlq}\"\n");
     setup.extra_toml = format!(
         "[value]\nformat = \"avro\"\nschemas = \"{}\"\nregistry = {{ url = \"{}\", subject = \"{subject}\" }}\n",
         repo_root().join("schemas").display(),
         registry_url(),
     );
+    (conn, setup, dlq)
 }
 
 async fn insert_rows(conn: &mut mysql_async::Conn, db: &str, rows: &[(&str, &str, &str, &str)]) {
@@ -272,6 +278,7 @@ async fn insert_rows(conn: &mut mysql_async::Conn, db: &str, rows: &[(&str, &str
 
 const CREATED: &str =
     r#"{"orderId":"o-1","customerId":"c-1","total":12.5,"lines":[{"sku":"A","quantity":2}]}"#;
+const CANCELLED: &str = r#"{"orderId":"o-1","reason":null}"#;
 
 /// With a registry (`subject = "topic"`), values carry the Confluent framing: magic
 /// byte 0 and the id under which a real registry (Apicurio's Confluent API) holds the
@@ -282,19 +289,11 @@ async fn confluent_framing_with_schemas_registered_per_topic() {
     let _settings = SERVER_SETTINGS.read().await;
     let _registry = REGISTRY.lock().await;
     services("up", "registry");
-    let (mut conn, mut setup) = fresh("avro_registry").await;
+    let (mut conn, setup, dlq) = registry_fresh("avro_registry", "topic").await;
     let db = setup.db.clone();
-    let dlq = format!("{}.dlq", setup.topic_prefix);
-    setup.outbox_toml = format!("on_invalid = \"dead-letter\"\ndead_letter_topic = \"{dlq}\"\n");
-    registry_setup(&mut setup, "topic");
     let rows = [
         ("created", "Order", "OrderCreated", CREATED),
-        (
-            "cancelled-1",
-            "Order",
-            "OrderCancelled",
-            r#"{"orderId":"o-1","reason":null}"#,
-        ),
+        ("cancelled-1", "Order", "OrderCancelled", CANCELLED),
         (
             "renamed",
             "Customer",
@@ -370,9 +369,8 @@ async fn record_name_subjects_registered_at_start() {
     let _settings = SERVER_SETTINGS.read().await;
     let _registry = REGISTRY.lock().await;
     services("up", "registry");
-    let (mut conn, mut setup) = fresh("avro_registry_record").await;
+    let (mut conn, setup, _) = registry_fresh("avro_registry_record", "record").await;
     let db = setup.db.clone();
-    registry_setup(&mut setup, "record");
     let rows = [
         ("created", "Order", "OrderCreated", CREATED),
         (
@@ -420,19 +418,11 @@ async fn unreachable_registry_holds_events_until_it_answers() {
     let _settings = SERVER_SETTINGS.read().await;
     let _registry = REGISTRY.lock().await;
     services("down", "registry");
-    let (mut conn, mut setup) = fresh("avro_registry_down").await;
+    let (mut conn, setup, dlq) = registry_fresh("avro_registry_down", "topic").await;
     let db = setup.db.clone();
-    let dlq = format!("{}.dlq", setup.topic_prefix);
-    setup.outbox_toml = format!("on_invalid = \"dead-letter\"\ndead_letter_topic = \"{dlq}\"\n");
-    registry_setup(&mut setup, "topic");
     let rows = [
         ("first", "Order", "OrderCreated", CREATED),
-        (
-            "second",
-            "Order",
-            "OrderCancelled",
-            r#"{"orderId":"o-1","reason":null}"#,
-        ),
+        ("second", "Order", "OrderCancelled", CANCELLED),
         (
             "third",
             "Customer",
@@ -482,9 +472,8 @@ async fn schema_refused_by_the_registry_stops_the_router() {
     let _settings = SERVER_SETTINGS.read().await;
     let _registry = REGISTRY.lock().await;
     services("up", "registry");
-    let (mut conn, mut setup) = fresh("avro_registry_refused").await;
+    let (mut conn, setup, _) = registry_fresh("avro_registry_refused", "topic").await;
     let db = setup.db.clone();
-    registry_setup(&mut setup, "topic");
     let subject = format!("{}-value", setup.topic("Order"));
     let client = reqwest::Client::new();
     let created = std::fs::read_to_string(repo_root().join("schemas/OrderCreated.avsc")).unwrap();
@@ -509,12 +498,7 @@ async fn schema_refused_by_the_registry_stops_the_router() {
             .unwrap();
         assert!(resp.status().is_success(), "{path}: {}", resp.status());
     }
-    let rows = [(
-        "cancelled",
-        "Order",
-        "OrderCancelled",
-        r#"{"orderId":"o-1","reason":null}"#,
-    )];
+    let rows = [("cancelled", "Order", "OrderCancelled", CANCELLED)];
     let before_insert = binlog_position(&mut conn).await;
     insert_rows(&mut conn, &db, &rows).await;
     let topics = vec![setup.topic("Order")];
