@@ -5,7 +5,7 @@ SQL() { mariadb --defaults-file="$ROOT/.local/mariadb/my.cnf" -uroot "$@"; }
 log() { printf '[%s] %s\n' "$(basename "$0")" "$*" >&2; }
 # A harness that fails half-way must not leave a contender (Connect, a router) running
 # into the next run: stop every background job on exit.
-trap 'pids=$(jobs -p); [ -z "$pids" ] || kill $pids 2>/dev/null; true' EXIT
+trap 'pids=$(jobs -p); if [ -n "$pids" ]; then kill $pids 2>/dev/null || true; fi' EXIT
 
 # Creates the outbox table the benchmarks write to.
 create_outbox() {
