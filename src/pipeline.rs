@@ -533,6 +533,11 @@ impl<'a> Acker<'a> {
     }
 }
 
+/// A checkpoint writer task (or its blocking write) panicked or was cancelled.
+fn writer_failed(e: tokio::task::JoinError) -> PipelineError {
+    PipelineError::Internal(format!("checkpoint writer failed: {e}"))
+}
+
 /// Stores the newest acknowledged watermark at most once per interval, on a blocking
 /// thread: sled's flush waits for the disk, and the acker must keep sending meanwhile
 /// (checkpoint writes inside the acker put 20 ms stalls into the latency tail).
@@ -554,9 +559,7 @@ impl CheckpointWriter {
                     let saved = cp.clone();
                     tokio::task::spawn_blocking(move || s.save(&saved))
                         .await
-                        .map_err(|e| {
-                            PipelineError::Internal(format!("checkpoint writer failed: {e}"))
-                        })??;
+                        .map_err(writer_failed)??;
                     metrics.checkpoint_written(&cp);
                 }
                 if closed {
@@ -581,9 +584,7 @@ impl CheckpointWriter {
     /// Writes what was published last and waits for it to be on disk.
     async fn finish(self) -> Result<(), PipelineError> {
         drop(self.tx);
-        self.task
-            .await
-            .map_err(|e| PipelineError::Internal(format!("checkpoint writer failed: {e}")))?
+        self.task.await.map_err(writer_failed)?
     }
 }
 

@@ -19,7 +19,7 @@ use super::position::PositionError;
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct Source {
     uuid: Uuid,
-    tag: Option<String>,
+    tag: Option<Tag<'static>>,
 }
 
 /// A set of MySQL GTIDs, kept as sorted, disjoint, non-adjacent `[start, end)` intervals
@@ -37,7 +37,7 @@ impl MySqlGtidSet {
     pub fn apply(&mut self, event: &GtidEvent) {
         let source = Source {
             uuid: Uuid::from_bytes(event.sid()),
-            tag: event.tag().map(|t| t.as_str().to_string()),
+            tag: event.tag().cloned(),
         };
         self.add(source, event.gno());
     }
@@ -63,11 +63,7 @@ impl MySqlGtidSet {
                 let sid = Sid::new(*source.uuid.as_bytes())
                     .with_intervals(iv.iter().map(|&(s, e)| GnoInterval::new(s, e)).collect());
                 match &source.tag {
-                    // Tags were validated when parsed or came from the server.
-                    Some(tag) => match Tag::new(tag.clone()) {
-                        Ok(t) => sid.with_tag(t),
-                        Err(_) => sid,
-                    },
+                    Some(tag) => sid.with_tag(tag.clone()),
                     None => sid,
                 }
             })
@@ -160,8 +156,7 @@ impl FromStr for MySqlGtidSet {
                     add_range(set.0.entry(source.clone()).or_default(), start, last + 1);
                     any_interval = true;
                 } else {
-                    Tag::new(part.to_string()).map_err(|_| bad())?;
-                    source.tag = Some(part.to_string());
+                    source.tag = Some(Tag::new(part.to_string()).map_err(|_| bad())?);
                 }
             }
             if !any_interval {

@@ -191,10 +191,13 @@ impl BinlogReader {
             EventType::FORMAT_DESCRIPTION_EVENT => self.seen_format_description = true,
             EventType::GTID_EVENT | EventType::GTID_TAGGED_LOG_EVENT => {
                 self.begin();
-                let Some(EventData::GtidEvent(gtid)) = self.read(&event, event_end)? else {
-                    return Err(self.decode_error(event_end, "MySQL GTID event did not decode"));
-                };
-                self.at.gtid.apply_mysql(&gtid);
+                // Decoded only when a GTID set is kept (see `GtidState::apply_mysql`).
+                if matches!(self.at.gtid, GtidState::MySql(_)) {
+                    let Some(EventData::GtidEvent(gtid)) = self.read(&event, event_end)? else {
+                        return Err(self.decode_error(event_end, "MySQL GTID event did not decode"));
+                    };
+                    self.at.gtid.apply_mysql(&gtid);
+                }
             }
             EventType::ANONYMOUS_GTID_EVENT => self.begin(),
             EventType::TRANSACTION_PAYLOAD_EVENT => {

@@ -79,11 +79,14 @@ pub async fn current_position(conn: &mut Conn, flavor: Flavor) -> Result<Positio
     // GTID first: a commit in between leaves the GTID state behind the file position,
     // never ahead of it, so nothing is claimed that was not read.
     let maria_gtid = match flavor {
-        Flavor::MariaDb => variable(conn, "gtid_binlog_pos")
-            .await?
-            .map(|g| g.parse::<GtidState>())
-            .transpose()
-            .map_err(|e| SourceError::Unexpected(format!("gtid_binlog_pos: {e}")))?,
+        Flavor::MariaDb => Some(
+            variable(conn, "gtid_binlog_pos")
+                .await?
+                .map(|g| g.parse::<GtidState>())
+                .transpose()
+                .map_err(|e| SourceError::Unexpected(format!("gtid_binlog_pos: {e}")))?
+                .unwrap_or_default(),
+        ),
         Flavor::MySql => None,
     };
     // MySQL 8.4 removed SHOW MASTER STATUS; MariaDB and older MySQL lack the new name.
@@ -105,11 +108,11 @@ pub async fn current_position(conn: &mut Conn, flavor: Flavor) -> Result<Positio
         offset,
     )
     .map_err(|e| SourceError::Unexpected(e.to_string()))?;
-    pos.gtid = match (flavor, maria_gtid) {
-        (Flavor::MariaDb, g) => g.unwrap_or_default(),
+    pos.gtid = match maria_gtid {
+        Some(gtid) => gtid,
         // MySQL reports the executed GTID set in the same row as the file position,
         // so the two agree exactly; empty when gtid_mode is OFF.
-        (Flavor::MySql, _) => match row.get_opt::<Option<String>, _>(4) {
+        None => match row.get_opt::<Option<String>, _>(4) {
             Some(Ok(Some(text))) if !text.trim().is_empty() => GtidState::MySql(
                 text.parse()
                     .map_err(|e| SourceError::Unexpected(format!("Executed_Gtid_Set: {e}")))?,

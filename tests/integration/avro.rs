@@ -51,14 +51,7 @@ fn decode_single_object(bytes: &[u8], schema: &Schema) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn avro_values_follow_their_schema_and_misfits_are_dead_lettered() {
     let _settings = SERVER_SETTINGS.read().await;
-    let (mut conn, mut setup) = fresh("avro").await;
-    let db = setup.db.clone();
-    let dlq = format!("{}.dlq", setup.topic_prefix);
-    setup.outbox_toml = format!("on_invalid = \"dead-letter\"\ndead_letter_topic = \"{dlq}\"\n");
-    setup.extra_toml = format!(
-        "[value]\nformat = \"avro\"\nschemas = \"{}\"\n",
-        repo_root().join("schemas").display()
-    );
+    let (mut conn, setup, dlq) = avro_fresh("avro", None).await;
     let rows = [
         (
             "ok-created",
@@ -105,14 +98,7 @@ async fn avro_values_follow_their_schema_and_misfits_are_dead_lettered() {
             r#"{"orderId":"o-6","reason":"late"}"#,
         ),
     ];
-    for (id, agg, typ, payload) in rows {
-        conn.exec_drop(
-            format!("INSERT INTO {db}.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES (?,?,?,?,?)"),
-            (id, agg, "agg-1", typ, payload),
-        )
-        .await
-        .unwrap();
-    }
+    insert_rows(&mut conn, &setup.db, &rows).await;
     let topics = vec![setup.topic("Order"), setup.topic("Customer"), dlq.clone()];
     let mut router = setup.start_router();
     drain_and_stop(&mut router, &topics, rows.len());
@@ -210,17 +196,20 @@ async fn unparsable_schema_fails_at_start() {
         dir.display()
     );
     let mut router = setup.start_router();
-    let status = router
-        .wait(Duration::from_secs(60))
-        .expect("the router must stop on a broken schema");
-    let log = router.log();
-    assert!(!status.success(), "{log}");
+    let log = router.expect_failure("a broken schema");
     assert!(log.contains("do not parse"), "{log}");
     assert!(log.contains(&dir.display().to_string()), "{log}");
 }
 
 /// Registry tests share one registry (Apicurio, in memory) and one restarts it.
 static REGISTRY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Takes the registry for one test and brings it up (or down, `up = false`).
+async fn take_registry(up: bool) -> tokio::sync::MutexGuard<'static, ()> {
+    let guard = REGISTRY.lock().await;
+    services(if up { "up" } else { "down" }, "registry");
+    guard
+}
 
 /// The Confluent-compatible API of the local Apicurio Registry (`scripts/services up
 /// registry`).
@@ -251,17 +240,26 @@ async fn decode_confluent(bytes: &[u8]) -> (u32, String, serde_json::Value) {
     (id, name, serde_json::Value::try_from(value).unwrap())
 }
 
-/// A fresh outbox and router setup with Avro values, a registry (`subject` strategy) and
-/// misfits dead-lettered to the returned topic.
-async fn registry_fresh(name: &str, subject: &str) -> (mysql_async::Conn, RouterSetup, String) {
+/// A fresh outbox and router setup with Avro values from `schemas/`, misfits
+/// dead-lettered to the returned topic, and a registry with that subject strategy
+/// (`Some("topic" | "record")`) or none (single-object encoding).
+async fn avro_fresh(
+    name: &str,
+    registry_subject: Option<&str>,
+) -> (mysql_async::Conn, RouterSetup, String) {
     let (conn, mut setup) = fresh(name).await;
     let dlq = format!("{}.dlq", setup.topic_prefix);
     setup.outbox_toml = format!("on_invalid = \"dead-letter\"\ndead_letter_topic = \"{dlq}\"\n");
     setup.extra_toml = format!(
-        "[value]\nformat = \"avro\"\nschemas = \"{}\"\nregistry = {{ url = \"{}\", subject = \"{subject}\" }}\n",
+        "[value]\nformat = \"avro\"\nschemas = \"{}\"\n",
         repo_root().join("schemas").display(),
-        registry_url(),
     );
+    if let Some(subject) = registry_subject {
+        setup.extra_toml += &format!(
+            "registry = {{ url = \"{}\", subject = \"{subject}\" }}\n",
+            registry_url()
+        );
+    }
     (conn, setup, dlq)
 }
 
@@ -287,10 +285,8 @@ const CANCELLED: &str = r#"{"orderId":"o-1","reason":null}"#;
 #[tokio::test(flavor = "multi_thread")]
 async fn confluent_framing_with_schemas_registered_per_topic() {
     let _settings = SERVER_SETTINGS.read().await;
-    let _registry = REGISTRY.lock().await;
-    services("up", "registry");
-    let (mut conn, setup, dlq) = registry_fresh("avro_registry", "topic").await;
-    let db = setup.db.clone();
+    let _registry = take_registry(true).await;
+    let (mut conn, setup, dlq) = avro_fresh("avro_registry", Some("topic")).await;
     let rows = [
         ("created", "Order", "OrderCreated", CREATED),
         ("cancelled-1", "Order", "OrderCancelled", CANCELLED),
@@ -313,7 +309,7 @@ async fn confluent_framing_with_schemas_registered_per_topic() {
             r#"{"orderId":"o-3","reason":"late"}"#,
         ),
     ];
-    insert_rows(&mut conn, &db, &rows).await;
+    insert_rows(&mut conn, &setup.db, &rows).await;
     let order = setup.topic("Order");
     let customer = setup.topic("Customer");
     let topics = vec![order.clone(), customer.clone(), dlq.clone()];
@@ -367,10 +363,8 @@ async fn confluent_framing_with_schemas_registered_per_topic() {
 #[tokio::test(flavor = "multi_thread")]
 async fn record_name_subjects_registered_at_start() {
     let _settings = SERVER_SETTINGS.read().await;
-    let _registry = REGISTRY.lock().await;
-    services("up", "registry");
-    let (mut conn, setup, _) = registry_fresh("avro_registry_record", "record").await;
-    let db = setup.db.clone();
+    let _registry = take_registry(true).await;
+    let (mut conn, setup, _) = avro_fresh("avro_registry_record", Some("record")).await;
     let rows = [
         ("created", "Order", "OrderCreated", CREATED),
         (
@@ -380,7 +374,7 @@ async fn record_name_subjects_registered_at_start() {
             r#"{"customerId":"c-2","name":"Ann"}"#,
         ),
     ];
-    insert_rows(&mut conn, &db, &rows).await;
+    insert_rows(&mut conn, &setup.db, &rows).await;
     let topics = vec![setup.topic("Order"), setup.topic("Customer")];
     let mut router = setup.start_router();
     drain_and_stop(&mut router, &topics, rows.len());
@@ -416,10 +410,8 @@ async fn record_name_subjects_registered_at_start() {
 #[tokio::test(flavor = "multi_thread")]
 async fn unreachable_registry_holds_events_until_it_answers() {
     let _settings = SERVER_SETTINGS.read().await;
-    let _registry = REGISTRY.lock().await;
-    services("down", "registry");
-    let (mut conn, setup, dlq) = registry_fresh("avro_registry_down", "topic").await;
-    let db = setup.db.clone();
+    let _registry = take_registry(false).await;
+    let (mut conn, setup, dlq) = avro_fresh("avro_registry_down", Some("topic")).await;
     let rows = [
         ("first", "Order", "OrderCreated", CREATED),
         ("second", "Order", "OrderCancelled", CANCELLED),
@@ -430,7 +422,7 @@ async fn unreachable_registry_holds_events_until_it_answers() {
             r#"{"customerId":"c-3","name":"Bo"}"#,
         ),
     ];
-    insert_rows(&mut conn, &db, &rows).await;
+    insert_rows(&mut conn, &setup.db, &rows).await;
     let topics = vec![setup.topic("Order"), setup.topic("Customer"), dlq.clone()];
     let mut router = setup.start_router();
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -470,10 +462,8 @@ async fn unreachable_registry_holds_events_until_it_answers() {
 #[tokio::test(flavor = "multi_thread")]
 async fn schema_refused_by_the_registry_stops_the_router() {
     let _settings = SERVER_SETTINGS.read().await;
-    let _registry = REGISTRY.lock().await;
-    services("up", "registry");
-    let (mut conn, setup, _) = registry_fresh("avro_registry_refused", "topic").await;
-    let db = setup.db.clone();
+    let _registry = take_registry(true).await;
+    let (mut conn, setup, _) = avro_fresh("avro_registry_refused", Some("topic")).await;
     let subject = format!("{}-value", setup.topic("Order"));
     let client = reqwest::Client::new();
     let created = std::fs::read_to_string(repo_root().join("schemas/OrderCreated.avsc")).unwrap();
@@ -500,14 +490,10 @@ async fn schema_refused_by_the_registry_stops_the_router() {
     }
     let rows = [("cancelled", "Order", "OrderCancelled", CANCELLED)];
     let before_insert = binlog_position(&mut conn).await;
-    insert_rows(&mut conn, &db, &rows).await;
+    insert_rows(&mut conn, &setup.db, &rows).await;
     let topics = vec![setup.topic("Order")];
     let mut router = setup.start_router();
-    let status = router
-        .wait(Duration::from_secs(60))
-        .expect("a refused schema must stop the router");
-    let log = router.log();
-    assert!(!status.success(), "{log}");
+    let log = router.expect_failure("a refused schema");
     assert!(log.contains("refused the schema"), "{log}");
     assert!(log.contains(&subject), "{log}");
     assert!(log.contains("409"), "{log}");

@@ -397,6 +397,17 @@ impl RouterProcess {
         None
     }
 
+    /// Waits up to 60 s for the router to stop by itself with a failure (`why` says
+    /// what should stop it); returns its log.
+    pub fn expect_failure(&mut self, why: &str) -> String {
+        let status = self
+            .wait(Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("{why} must stop the router:\n{}", self.log()));
+        let log = self.log();
+        assert!(!status.success(), "exit status {status}:\n{log}");
+        log
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
