@@ -105,7 +105,7 @@ impl Arrivals {
                     for change in txn.changes {
                         // event_id is the table's first column.
                         if let Some(BinlogValue::Value(mysql_async::Value::Bytes(b))) =
-                            change.row.as_ref().and_then(|r| r.as_ref(0))
+                            change.row.as_ref().and_then(|r| r.get(0))
                         {
                             pending.push_back(String::from_utf8_lossy(b).into_owned());
                         }

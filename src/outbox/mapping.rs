@@ -2,14 +2,13 @@
 
 use std::sync::Arc;
 
-use mysql_async::binlog::row::BinlogRow;
 use serde::Deserialize;
 use tracing::{error, warn};
 
 use super::value;
 use super::{EventId, InvalidEvent, OnUpdate, OutboxEvent, Placement, Rules};
 use crate::monitor::Metrics;
-use crate::source::{RowChange, RowOp, Transaction};
+use crate::source::{RowChange, RowImage, RowOp, Transaction};
 
 /// Outbox column names. Defaults are those of Debezium's Outbox Event Router.
 #[derive(Debug, Clone, Deserialize)]
@@ -194,7 +193,7 @@ impl Mapper {
         let timestamp_ms = match &r.timestamp {
             Some(name) => {
                 let i = find(row, name).ok_or_else(|| invalid(missing(row, name)))?;
-                row.as_ref(i)
+                row.get(i)
                     .map(value::to_epoch_ms)
                     .transpose()
                     .map_err(&invalid)?
@@ -210,7 +209,7 @@ impl Mapper {
                 }
                 continue;
             };
-            let Some(v) = row.as_ref(i) else { continue };
+            let Some(v) = row.get(i) else { continue };
             match extra.placement {
                 Placement::Header => {
                     if let Some(b) = value::to_bytes(v).map_err(&invalid)? {
@@ -242,52 +241,44 @@ impl Mapper {
 }
 
 /// The whole row as JSON, for dead-letter records.
-fn row_json(row: &BinlogRow) -> serde_json::Value {
+fn row_json(row: &RowImage) -> serde_json::Value {
     let mut out = serde_json::Map::new();
-    for (i, col) in row.columns_ref().iter().enumerate() {
-        let value = match row.as_ref(i).map(value::to_bytes) {
+    for (i, name) in row.names().iter().enumerate() {
+        let value = match row.get(i).map(value::to_bytes) {
             Some(Ok(Some(b))) => super::dead_letter_json(&b),
             Some(Err(e)) => serde_json::json!({ "undecodable": e }),
             _ => serde_json::Value::Null,
         };
-        let name = col.name_str();
         let name = if name.is_empty() {
             format!("@{}", i + 1)
         } else {
-            name.into_owned()
+            name.clone()
         };
         out.insert(name, value);
     }
     serde_json::Value::Object(out)
 }
 
-fn find(row: &BinlogRow, name: &str) -> Option<usize> {
-    row.columns_ref()
-        .iter()
-        .position(|c| c.name_ref() == name.as_bytes())
+fn find(row: &RowImage, name: &str) -> Option<usize> {
+    row.index(name)
 }
 
-fn missing(row: &BinlogRow, name: &str) -> String {
-    if row.columns_ref().iter().all(|c| c.name_ref().is_empty()) {
+fn missing(row: &RowImage, name: &str) -> String {
+    if row.names().iter().all(String::is_empty) {
         return format!(
             "column {name:?} cannot be found: the row carries no column names (set binlog_row_metadata=FULL)"
         );
     }
-    let have: Vec<_> = row
-        .columns_ref()
-        .iter()
-        .map(|c| c.name_str().into_owned())
-        .collect();
     format!(
         "mapped column {name:?} is missing (table has: {})",
-        have.join(", ")
+        row.names().join(", ")
     )
 }
 
 /// A mapped, required column's bytes (None for NULL); missing column is an error.
-fn column(row: &BinlogRow, name: &str) -> Result<Option<Vec<u8>>, String> {
+fn column(row: &RowImage, name: &str) -> Result<Option<Vec<u8>>, String> {
     let i = find(row, name).ok_or_else(|| missing(row, name))?;
-    match row.as_ref(i) {
+    match row.get(i) {
         Some(v) => value::to_bytes(v),
         None => Err(format!(
             "column {name:?} is absent from the row image (binlog_row_image must be FULL)"

@@ -6,6 +6,7 @@ mod mariadb;
 mod mysql_gtid;
 mod position;
 mod reader;
+mod row;
 pub mod server;
 pub mod snapshot;
 mod transaction;
@@ -15,4 +16,5 @@ pub use position::{
     BinlogFile, GtidState, MariaGtid, MariaGtidState, MySqlGtidSet, Position, PositionError,
 };
 pub use reader::BinlogReader;
+pub use row::{RowImage, Rows, TableLayout};
 pub use transaction::{RowChange, RowOp, TableName, Transaction};

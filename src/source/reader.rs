@@ -16,11 +16,21 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
 
 use super::mariadb;
+use super::row::TableLayout;
 use super::server::Flavor;
 use super::{
     BinlogFile, GtidState, Position, RowChange, RowOp, SourceError, TableName, Transaction,
 };
 use crate::pattern::Pattern;
+
+/// A table id as its last TABLE_MAP event described it.
+struct MappedTable {
+    /// The event's bytes: servers repeat the same map before every transaction, and an
+    /// identical one needs no new layout.
+    raw: Vec<u8>,
+    /// `None` for tables that are not watched.
+    layout: Option<Arc<TableLayout>>,
+}
 
 /// Reads committed transactions from a binlog stream.
 pub struct BinlogReader {
@@ -29,8 +39,8 @@ pub struct BinlogReader {
     at: Position,
     /// Outbox table names or patterns (`tenant_*.outbox`).
     watched: Vec<Pattern>,
-    /// Table id → watched table, refreshed by every TABLE_MAP event.
-    table_ids: HashMap<u64, Option<Arc<TableName>>>,
+    /// Table id → the last TABLE_MAP for it, and the layout when the table is watched.
+    table_ids: HashMap<u64, MappedTable>,
     read_timeout: Duration,
     /// Joined by GTID state rather than file and offset.
     by_gtid: bool,
@@ -210,24 +220,7 @@ impl BinlogReader {
                     })?;
                 self.payload_end = Some(event_end);
             }
-            EventType::TABLE_MAP_EVENT => {
-                let Some(EventData::TableMapEvent(tme)) = self.read(&event, event_end)? else {
-                    return Err(self.decode_error(event_end, "TABLE_MAP event did not decode"));
-                };
-                let key = (
-                    tme.database_name().into_owned(),
-                    tme.table_name().into_owned(),
-                );
-                let name = format!("{}.{}", key.0, key.1);
-                let watched = self.watched.iter().any(|p| p.matches(&name));
-                let table = watched.then(|| {
-                    Arc::new(TableName {
-                        database: key.0,
-                        table: key.1,
-                    })
-                });
-                self.table_ids.insert(tme.table_id(), table);
-            }
+            EventType::TABLE_MAP_EVENT => self.table_map(&event, event_end)?,
             EventType::WRITE_ROWS_EVENT
             | EventType::WRITE_ROWS_EVENT_V1
             | EventType::UPDATE_ROWS_EVENT
@@ -325,13 +318,43 @@ impl BinlogReader {
         Ok(log_pos != 0 || self.seen_format_description || self.by_gtid)
     }
 
+    fn table_map(&mut self, event: &Event, event_end: u64) -> Result<(), SourceError> {
+        let Some(EventData::TableMapEvent(tme)) = self.read(event, event_end)? else {
+            return Err(self.decode_error(event_end, "TABLE_MAP event did not decode"));
+        };
+        if let Some(known) = self.table_ids.get(&tme.table_id()) {
+            if known.raw == event.data() {
+                return Ok(());
+            }
+        }
+        let table = TableName {
+            database: tme.database_name().into_owned(),
+            table: tme.table_name().into_owned(),
+        };
+        let name = table.to_string();
+        let layout = if self.watched.iter().any(|p| p.matches(&name)) {
+            let layout = TableLayout::new(Arc::new(table), &tme)
+                .map_err(|e| self.decode_error(event_end, format!("table map of {name}: {e}")))?;
+            Some(Arc::new(layout))
+        } else {
+            None
+        };
+        let raw = event.data().to_vec();
+        self.table_ids
+            .insert(tme.table_id(), MappedTable { raw, layout });
+        Ok(())
+    }
+
     fn rows(&mut self, event: &Event, event_end: u64) -> Result<(), SourceError> {
         let Some(EventData::RowsEvent(rows)) = self.read(event, event_end)? else {
             return Err(self.decode_error(event_end, "rows event did not decode"));
         };
-        let table = match self.table_ids.get(&rows.table_id()) {
-            Some(Some(t)) => t.clone(),
-            Some(None) => return Ok(()),
+        let layout = match self.table_ids.get(&rows.table_id()) {
+            Some(MappedTable {
+                layout: Some(layout),
+                ..
+            }) => layout.clone(),
+            Some(_) => return Ok(()),
             None => {
                 return Err(self.decode_error(
                     event_end,
@@ -342,6 +365,10 @@ impl BinlogReader {
                 ))
             }
         };
+        let decoded = layout.rows(&rows).map_err(|e| SourceError::Decode {
+            position: format!("{}:{}", self.at.file, event_end),
+            reason: format!("row of {}: {e}", layout.table),
+        })?;
         let op = match rows {
             RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_) => RowOp::Insert,
             RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_) => {
@@ -349,26 +376,16 @@ impl BinlogReader {
             }
             _ => RowOp::Update,
         };
-        let tme = self.stream.get_tme(rows.table_id()).ok_or_else(|| {
-            self.decode_error(
-                event_end,
-                format!("no table map cached for table id {}", rows.table_id()),
-            )
-        })?;
-        let mut decoded = Vec::new();
-        for row in rows.rows(tme) {
-            let (_before, after) = row.map_err(|e| SourceError::Decode {
-                position: format!("{}:{}", self.at.file, event_end),
-                reason: format!("row of {table}: {e}"),
-            })?;
-            decoded.push(RowChange {
-                table: table.clone(),
-                op,
-                row: if op == RowOp::Insert { after } else { None },
-                event_offset: event_end,
-            });
-        }
-        self.changes.extend(decoded);
+        let change = |row| RowChange {
+            table: layout.table.clone(),
+            op,
+            row,
+            event_offset: event_end,
+        };
+        self.changes
+            .extend(decoded.inserted.into_iter().map(|r| change(Some(r))));
+        self.changes
+            .extend((0..decoded.other).map(|_| change(None)));
         Ok(())
     }
 }

@@ -1,12 +1,12 @@
 //! Reading outbox rows from the table itself (recovery when the binlog is gone).
 
 use futures::{Stream, StreamExt};
-use mysql_async::binlog::row::BinlogRow;
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
 
-use super::{SourceError, TableName};
+use super::{RowImage, SourceError, TableName};
+use std::sync::Arc;
 
 fn quote_ident(s: &str) -> String {
     format!("`{}`", s.replace('`', "``"))
@@ -20,7 +20,7 @@ pub async fn rows<'c>(
     table: &TableName,
     since: Option<(&str, i64)>,
     order_by: &[String],
-) -> Result<impl Stream<Item = Result<BinlogRow, SourceError>> + 'c, SourceError> {
+) -> Result<impl Stream<Item = Result<RowImage, SourceError>> + 'c, SourceError> {
     let mut sql = format!(
         "SELECT * FROM {}.{}",
         quote_ident(&table.database),
@@ -45,17 +45,26 @@ pub async fn rows<'c>(
             query: "SELECT outbox rows",
             source,
         })?;
-    Ok(stream.map(|row| {
+    // Every row of one result has the same columns.
+    let mut names: Option<Arc<[String]>> = None;
+    Ok(stream.map(move |row| {
         let row = row.map_err(|source| SourceError::Query {
             query: "SELECT outbox rows",
             source,
         })?;
-        let columns = row.columns();
+        let names = names
+            .get_or_insert_with(|| {
+                row.columns_ref()
+                    .iter()
+                    .map(|c| c.name_str().into_owned())
+                    .collect()
+            })
+            .clone();
         let values = row
             .unwrap()
             .into_iter()
             .map(|v| Some(BinlogValue::Value(v)))
             .collect();
-        Ok(BinlogRow::new(values, columns))
+        Ok(RowImage::new(names, values))
     }))
 }

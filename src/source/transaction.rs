@@ -3,9 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use mysql_async::binlog::row::BinlogRow;
-
-use super::Position;
+use super::{Position, RowImage};
 
 /// A `database.table` name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -66,7 +64,7 @@ pub struct RowChange {
     /// What happened to the row.
     pub op: RowOp,
     /// The row after the change; only kept for inserts.
-    pub row: Option<BinlogRow>,
+    pub row: Option<RowImage>,
     /// End offset of the rows event in the transaction's binlog file, for error messages.
     pub event_offset: u64,
 }

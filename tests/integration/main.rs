@@ -10,6 +10,7 @@ mod event_router;
 mod failover;
 mod import;
 mod outage;
+mod rows;
 mod security;
 mod topics;
 mod util;
