@@ -2,12 +2,19 @@
 
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
 use futures::FutureExt;
-use rdkafka::config::ClientConfig;
+use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{
+    BaseRecord, DeliveryResult, FutureProducer, Producer, ProducerContext, ThreadedProducer,
+};
 use rdkafka::util::Timeout;
+use rdkafka::ClientContext;
+use tokio::sync::oneshot;
 
 use super::{Delivery, SinkError, TopicCreator};
 use crate::config::KafkaConfig;
@@ -23,7 +30,7 @@ const DEFAULTS: &[(&str, &str)] = &[
 
 /// Produces records to Kafka.
 pub struct KafkaSink {
-    producer: FutureProducer,
+    producer: ThreadedProducer<AckContext>,
     /// Creates missing topics before their first record, when enabled.
     topics: Option<TopicCreator>,
 }
@@ -47,7 +54,8 @@ pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
 impl KafkaSink {
     /// Creates the producer (does not contact the brokers yet).
     pub fn new(cfg: &KafkaConfig) -> Result<Self, SinkError> {
-        let producer = client_config(cfg).create().map_err(SinkError::Create)?;
+        let producer = ThreadedProducer::from_config_and_context(&client_config(cfg), AckContext)
+            .map_err(SinkError::Create)?;
         let topics = cfg
             .topics
             .create
@@ -73,12 +81,13 @@ impl KafkaSink {
     }
 
     pub(super) async fn send(&self, records: Vec<Record>) -> Result<Delivery, SinkError> {
-        let mut pending = Vec::with_capacity(records.len());
         if let Some(topics) = &self.topics {
             topics
                 .ensure(records.iter().map(|r| r.topic.as_str()))
                 .await?;
         }
+        let (acks, outcome) = BatchAcks::new(records.len());
+        let mut events = Vec::with_capacity(records.len());
         for r in records {
             let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
             for (k, v) in &r.headers {
@@ -87,7 +96,7 @@ impl KafkaSink {
                     value: Some(v),
                 });
             }
-            let mut record = FutureRecord::to(&r.topic)
+            let mut record = BaseRecord::with_opaque_to(&r.topic, acks.clone())
                 .key(&r.key)
                 .headers(headers)
                 .timestamp(r.timestamp_ms);
@@ -97,9 +106,9 @@ impl KafkaSink {
             if let Some(p) = r.partition {
                 record = record.partition(p);
             }
-            let future = loop {
-                match self.producer.send_result(record) {
-                    Ok(f) => break f,
+            loop {
+                match self.producer.send(record) {
+                    Ok(()) => break,
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                         // librdkafka's own queue is full: wait for it to drain, keep order.
                         record = back;
@@ -107,35 +116,116 @@ impl KafkaSink {
                     }
                     Err((error, _)) => {
                         return Err(SinkError::Produce {
-                            event: Box::new(r.event.clone()),
-                            topic: r.topic.clone(),
+                            event: Box::new(r.event),
+                            topic: r.topic,
                             error,
                         })
                     }
                 }
-            };
-            pending.push((future, Box::new(r.event), r.topic));
-            if pending.len() == 1 && pending.capacity() > 1 {
+            }
+            events.push(r.event);
+            if events.len() == 1 && events.capacity() > 1 {
                 crash_point!("sink.mid_transaction");
             }
         }
+        drop(acks);
         Ok(async move {
-            let n = pending.len();
-            for (future, event, topic) in pending {
-                match future.await {
-                    Ok(Ok(_)) => {}
-                    Ok(Err((error, _))) => {
-                        return Err(SinkError::Delivery {
-                            event,
-                            topic,
-                            error,
-                        })
-                    }
-                    Err(_) => return Err(SinkError::Canceled { event }),
-                }
+            let n = events.len();
+            if n == 0 {
+                return Ok(0);
             }
-            Ok(n)
+            match outcome.await {
+                Ok(Ok(())) => Ok(n),
+                Ok(Err(failed)) => {
+                    // The event whose id the failed record carries in a header.
+                    let at = events
+                        .iter()
+                        .position(|e| !e.id.0.is_empty() && failed.header_values.contains(&e.id.0))
+                        .unwrap_or(0);
+                    Err(SinkError::Delivery {
+                        event: Box::new(events.swap_remove(at)),
+                        topic: failed.topic,
+                        error: failed.error,
+                    })
+                }
+                Err(_) => Err(SinkError::Canceled {
+                    event: Box::new(events.swap_remove(0)),
+                }),
+            }
         }
         .boxed())
+    }
+}
+
+/// What librdkafka reported for the first record of a batch that failed.
+struct Failure {
+    error: KafkaError,
+    topic: String,
+    /// The record's header values, one of which is its event id.
+    header_values: Vec<Vec<u8>>,
+}
+
+/// A batch's acknowledgements, counted in librdkafka's delivery callbacks: one wake-up
+/// per batch rather than a future per record.
+pub struct BatchAcks {
+    remaining: AtomicUsize,
+    /// Taken by the last acknowledgement or the first failure. When every record is gone
+    /// without either, dropping it cancels the batch.
+    outcome: Mutex<Option<oneshot::Sender<Result<(), Failure>>>>,
+}
+
+impl BatchAcks {
+    fn new(records: usize) -> (Arc<Self>, oneshot::Receiver<Result<(), Failure>>) {
+        let (tx, rx) = oneshot::channel();
+        let acks = Self {
+            remaining: AtomicUsize::new(records),
+            outcome: Mutex::new(Some(tx)),
+        };
+        (Arc::new(acks), rx)
+    }
+
+    fn finish(&self, outcome: Result<(), Failure>) {
+        let sender = self
+            .outcome
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(sender) = sender {
+            let _ = sender.send(outcome);
+        }
+    }
+}
+
+/// Routes delivery reports to their batch.
+pub struct AckContext;
+
+impl ClientContext for AckContext {}
+
+impl ProducerContext for AckContext {
+    type DeliveryOpaque = Arc<BatchAcks>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, acks: Arc<BatchAcks>) {
+        match result {
+            Ok(_) => {
+                if acks.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    acks.finish(Ok(()));
+                }
+            }
+            Err((error, message)) => {
+                let header_values = message
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .filter_map(|h| h.value.map(<[u8]>::to_vec))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                acks.finish(Err(Failure {
+                    error: error.clone(),
+                    topic: message.topic().to_string(),
+                    header_values,
+                }));
+            }
+        }
     }
 }

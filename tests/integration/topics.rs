@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -108,4 +108,70 @@ async fn initial_snapshot_then_stream_without_gap_or_overlap() {
         duplicates, 0,
         "a consistent snapshot neither misses nor repeats"
     );
+}
+
+/// A record the broker refuses (over the topic's own `max.message.bytes`, which the
+/// router cannot know) stops the router naming that event, not its neighbour; once the
+/// topic takes it, a restart delivers it and the rest of its transaction: the checkpoint
+/// had not passed it.
+#[tokio::test(flavor = "multi_thread")]
+async fn record_refused_by_the_broker_stops_the_router_naming_the_event() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, mut setup) = fresh("refused").await;
+    let prefix = setup.topic_prefix.clone();
+    setup.extra_toml = format!(
+        "[[kafka.topics.rule]]\npattern = \"{prefix}.Big\"\npartitions = 1\nconfig = {{ \"max.message.bytes\" = \"512\" }}\n"
+    );
+    setup.start_here(&mut conn).await;
+    insert_txn(&mut conn, &setup.db, &[Ev::new("ok-1", "Order", "a", "{}")]).await;
+    // Not compressible: lz4 would take a run of one letter under the limit.
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let noise: String = (0..4000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b'a' + (x % 26) as u8)
+        })
+        .collect();
+    let big = format!("{{\"pad\":\"{noise}\"}}");
+    insert_txn(
+        &mut conn,
+        &setup.db,
+        &[
+            Ev::new("small-2", "Order", "b", "{}"),
+            Ev::new("big-3", "Big", "b", big),
+            Ev::new("small-4", "Order", "b", "{}"),
+        ],
+    )
+    .await;
+    let topics = [setup.topic("Order"), setup.topic("Big")];
+    let mut router = setup.start_router();
+    let log = router.expect_failure("a record over the topic's max.message.bytes");
+    assert!(log.contains("did not acknowledge event big-3"), "{log}");
+    assert!(log.contains(&topics[1]), "{log}");
+    let ids = |topics: &[String]| read_all(topics).iter().map(Msg::id).collect::<Vec<_>>();
+    assert!(ids(&topics).contains(&"ok-1".to_string()));
+    assert!(!ids(&topics).contains(&"big-3".to_string()));
+
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .create()
+        .unwrap();
+    let raise =
+        AlterConfig::new(ResourceSpecifier::Topic(&topics[1])).set("max.message.bytes", "1048588");
+    for r in admin
+        .alter_configs([&raise], &AdminOptions::new())
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    let mut router = setup.start_router();
+    drain_and_stop(&mut router, &topics, 4);
+    let ids = ids(&topics);
+    for id in ["ok-1", "small-2", "big-3", "small-4"] {
+        assert!(ids.contains(&id.to_string()), "{id} missing: {ids:?}");
+    }
+    assert_eq!(ids.iter().filter(|i| *i == "big-3").count(), 1, "{ids:?}");
 }
