@@ -8,6 +8,7 @@
 //! complete in any order; an ordered queue releases them in commit order, so the
 //! checkpoint only ever covers a contiguous prefix of acknowledged transactions.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::FuturesOrdered;
@@ -590,8 +591,8 @@ impl CheckpointWriter {
 
 /// Records per topic, in runs of the same topic (records of a transaction are usually
 /// grouped), so metrics cost one label lookup per run, not per record.
-fn topics_of(records: &[crate::route::Record]) -> Vec<(String, u64)> {
-    let mut runs: Vec<(String, u64)> = Vec::new();
+fn topics_of(records: &[crate::route::Record]) -> Vec<(Arc<str>, u64)> {
+    let mut runs: Vec<(Arc<str>, u64)> = Vec::new();
     for r in records {
         match runs.last_mut() {
             Some((t, n)) if *t == r.topic => *n += 1,
@@ -601,7 +602,7 @@ fn topics_of(records: &[crate::route::Record]) -> Vec<(String, u64)> {
     runs
 }
 
-fn count_routed(metrics: &Metrics, runs: &[(String, u64)]) {
+fn count_routed(metrics: &Metrics, runs: &[(Arc<str>, u64)]) {
     for (topic, n) in runs {
         metrics.routed(topic, *n);
     }

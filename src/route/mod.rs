@@ -10,8 +10,10 @@ mod registry;
 pub use avro::{AvroError, AvroValues, SharedAvro};
 pub use registry::{Registry, RegistryError};
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use crate::config::RouteConfig;
-use std::sync::Arc;
 
 use crate::outbox::{EventId, InvalidEvent, MappedTransaction, OutboxEvent, Rules};
 use crate::source::Position;
@@ -43,8 +45,8 @@ pub fn check_topic(topic: &str) -> Result<(), String> {
 /// A record ready for a sink.
 #[derive(Debug, Clone)]
 pub struct Record {
-    /// Destination topic.
-    pub topic: String,
+    /// Destination topic (shared: a handful of topics carry millions of records).
+    pub topic: Arc<str>,
     /// Record key (aggregate id).
     pub key: Vec<u8>,
     /// Value; `None` is a null value.
@@ -94,7 +96,12 @@ pub struct Router {
     max_record_bytes: usize,
     /// Avro encoding of values, when configured.
     avro: Option<SharedAvro>,
+    /// Topic per route value, so the regex runs once per aggregate type, not per event.
+    topics: Arc<Mutex<HashMap<String, Arc<str>>>>,
 }
+
+/// Route values remembered with their topic; past this the regex runs for new ones.
+const TOPIC_CACHE_ENTRIES: usize = 10_000;
 
 impl Router {
     /// A router following `rules` with the configured event-id header; records over
@@ -105,6 +112,7 @@ impl Router {
             event_id_header: cfg.event_id_header.clone(),
             max_record_bytes,
             avro: None,
+            topics: Arc::default(),
         }
     }
 
@@ -120,8 +128,9 @@ impl Router {
         let commit = txn.commit_time_ms;
         let mut invalid = txn.invalid;
         let mut records = Vec::with_capacity(txn.events.len());
+        let mut topics = self.topics.lock().unwrap_or_else(|e| e.into_inner());
         for e in txn.events {
-            match self.record(e, commit)? {
+            match self.record(e, commit, &mut topics)? {
                 Ok(r) => records.push(r),
                 Err(e) => invalid.push(e),
             }
@@ -155,7 +164,7 @@ impl Router {
             headers.insert(0, (self.event_id_header.clone(), event_id.0.clone()));
         }
         Record {
-            topic: topic.to_string(),
+            topic: topic.into(),
             key: event_id.0.clone(),
             value: Some(value.to_string().into_bytes()),
             headers,
@@ -169,15 +178,34 @@ impl Router {
         }
     }
 
+    /// The topic for a route value, checked against Kafka's rules.
+    fn topic(
+        &self,
+        route_value: &str,
+        cache: &mut HashMap<String, Arc<str>>,
+    ) -> Result<Arc<str>, String> {
+        if let Some(topic) = cache.get(route_value) {
+            return Ok(topic.clone());
+        }
+        let topic = self.rules.topic(route_value);
+        check_topic(&topic)?;
+        let topic: Arc<str> = topic.into();
+        if cache.len() < TOPIC_CACHE_ENTRIES {
+            cache.insert(route_value.to_string(), topic.clone());
+        }
+        Ok(topic)
+    }
+
     fn record(
         &self,
         e: OutboxEvent,
         commit_time_ms: i64,
+        topics: &mut HashMap<String, Arc<str>>,
     ) -> Result<Result<Record, InvalidEvent>, RegistryError> {
-        let topic = self.rules.topic(&e.route_value);
-        if let Err(reason) = check_topic(&topic) {
-            return Ok(Err(InvalidEvent::of(&e, reason)));
-        }
+        let topic = match self.topic(&e.route_value, topics) {
+            Ok(topic) => topic,
+            Err(reason) => return Ok(Err(InvalidEvent::of(&e, reason))),
+        };
         let mut value = self.value(&e);
         if let (Some(avro), Some(payload)) = (&self.avro, &value) {
             match avro.encode(&e, &topic, payload)? {

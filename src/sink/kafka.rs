@@ -83,7 +83,7 @@ impl KafkaSink {
     pub(super) async fn send(&self, records: Vec<Record>) -> Result<Delivery, SinkError> {
         if let Some(topics) = &self.topics {
             topics
-                .ensure(records.iter().map(|r| r.topic.as_str()))
+                .ensure(records.iter().map(|r| &*r.topic))
                 .await?;
         }
         let (acks, outcome) = BatchAcks::new(records.len());
@@ -117,7 +117,7 @@ impl KafkaSink {
                     Err((error, _)) => {
                         return Err(SinkError::Produce {
                             event: Box::new(r.event),
-                            topic: r.topic,
+                            topic: r.topic.to_string(),
                             error,
                         })
                     }

@@ -25,7 +25,7 @@ impl StdoutSink {
                 .map(|(k, v)| (k.clone(), bytes_json(v)))
                 .collect();
             let line = json!({
-                "topic": r.topic,
+                "topic": &*r.topic,
                 "key": bytes_json(&r.key),
                 "headers": headers,
                 "timestamp": r.timestamp_ms,
