@@ -11,10 +11,13 @@
 //! this same interface if sled is ever caught losing a flushed checkpoint.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::{Checkpoint, RecordError};
 
 const KEY: &[u8] = b"checkpoint";
+/// Attempts, 100 ms apart, to take the store's lock from a store this process just dropped.
+const LOCK_RETRIES: usize = 20;
 
 /// Errors of the checkpoint store.
 #[derive(Debug, thiserror::Error)]
@@ -39,14 +42,28 @@ pub struct CheckpointStore {
 impl CheckpointStore {
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: &Path) -> Result<Self, CheckpointError> {
-        let db = sled::Config::new()
-            .path(dir)
-            .mode(sled::Mode::LowSpace)
-            .open()
-            .map_err(|source| CheckpointError::Open {
-                dir: dir.to_path_buf(),
-                source,
-            })?;
+        let open = || {
+            sled::Config::new()
+                .path(dir)
+                .mode(sled::Mode::LowSpace)
+                .open()
+        };
+        let mut result = open();
+        // A store dropped in this process releases its file lock when sled's flusher
+        // thread ends, a moment later; another process holding it is still an error.
+        for _ in 0..LOCK_RETRIES {
+            match &result {
+                Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                    std::thread::sleep(Duration::from_millis(100));
+                    result = open();
+                }
+                _ => break,
+            }
+        }
+        let db = result.map_err(|source| CheckpointError::Open {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
         Ok(Self {
             db,
             dir: dir.to_path_buf(),

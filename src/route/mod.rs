@@ -206,20 +206,26 @@ impl Router {
             Ok(topic) => topic,
             Err(reason) => return Ok(Err(InvalidEvent::of(&e, reason))),
         };
-        let mut value = self.value(&e);
+        let mut e = e;
+        // A plain payload is checked before it moves into the value, so an invalid event
+        // still carries it; Avro and envelopes are checked once encoded.
+        let plain = self.avro.is_none() && !self.rules.has_envelope();
+        if plain {
+            if let Err(reason) = self.fits(&e, e.payload.as_ref().map_or(0, Vec::len)) {
+                return Ok(Err(InvalidEvent::of(&e, reason)));
+            }
+        }
+        let mut value = self.value(&mut e);
         if let (Some(avro), Some(payload)) = (&self.avro, &value) {
             match avro.encode(&e, &topic, payload)? {
                 Ok(v) => value = Some(v),
                 Err(reason) => return Ok(Err(InvalidEvent::of(&e, reason))),
             }
         }
-        let size = e.key.len() + value.as_ref().map_or(0, Vec::len) + e.id.0.len();
-        if size > self.max_record_bytes {
-            let reason = format!(
-                "record of {size} bytes exceeds the producer's message.max.bytes ({}); Kafka would reject it",
-                self.max_record_bytes
-            );
-            return Ok(Err(InvalidEvent::of(&e, reason)));
+        if !plain {
+            if let Err(reason) = self.fits(&e, value.as_ref().map_or(0, Vec::len)) {
+                return Ok(Err(InvalidEvent::of(&e, reason)));
+            }
         }
         let mut headers = Vec::with_capacity(1 + e.headers.len());
         headers.push((self.event_id_header.clone(), e.id.0.clone()));
@@ -239,10 +245,23 @@ impl Router {
         }))
     }
 
+    /// Kafka would reject a record over the producer's `message.max.bytes`.
+    fn fits(&self, e: &OutboxEvent, value_len: usize) -> Result<(), String> {
+        let size = e.key.len() + value_len + e.id.0.len();
+        if size > self.max_record_bytes {
+            return Err(format!(
+                "record of {size} bytes exceeds the producer's message.max.bytes ({}); Kafka would reject it",
+                self.max_record_bytes
+            ));
+        }
+        Ok(())
+    }
+
     /// The record value: a tombstone for an empty payload when asked; the payload bytes
-    /// as stored; or, with envelope placements, `{"payload": …, alias: …}` where a JSON
-    /// text payload is expanded when `expand_json` is on.
-    fn value(&self, e: &OutboxEvent) -> Option<Vec<u8>> {
+    /// as stored (moved out of the event unless Avro still needs the event whole); or,
+    /// with envelope placements, `{"payload": …, alias: …}` where a JSON text payload is
+    /// expanded when `expand_json` is on.
+    fn value(&self, e: &mut OutboxEvent) -> Option<Vec<u8>> {
         let blank = e
             .payload
             .as_ref()
@@ -251,7 +270,10 @@ impl Router {
             return None;
         }
         if !self.rules.has_envelope() {
-            return e.payload.clone();
+            return match self.avro {
+                None => e.payload.take(),
+                Some(_) => e.payload.clone(),
+            };
         }
         let payload = match &e.payload {
             None => serde_json::Value::Null,

@@ -82,9 +82,7 @@ impl KafkaSink {
 
     pub(super) async fn send(&self, records: Vec<Record>) -> Result<Delivery, SinkError> {
         if let Some(topics) = &self.topics {
-            topics
-                .ensure(records.iter().map(|r| &*r.topic))
-                .await?;
+            topics.ensure(records.iter().map(|r| &*r.topic)).await?;
         }
         let (acks, outcome) = BatchAcks::new(records.len());
         let mut events = Vec::with_capacity(records.len());
