@@ -160,15 +160,18 @@ async fn main() -> Result<()> {
 
     let started = Instant::now();
     let direct: Option<FutureProducer> = if args.direct {
-        Some(
-            ClientConfig::new()
-                .set("bootstrap.servers", &args.bootstrap)
-                .set("acks", "all")
-                .set("enable.idempotence", "true")
-                .set("linger.ms", args.linger_ms.to_string())
-                .set("compression.type", &args.compression)
-                .create()?,
-        )
+        // The router's producer configuration with this run's linger and compression.
+        let mut kafka = outbox_router::config::KafkaConfig {
+            bootstrap_servers: args.bootstrap.clone(),
+            ..Default::default()
+        };
+        for (k, v) in [
+            ("linger.ms", args.linger_ms.to_string()),
+            ("compression.type", args.compression.clone()),
+        ] {
+            kafka.properties.insert(k.into(), v);
+        }
+        Some(outbox_router::sink::client_config(&kafka).create()?)
     } else {
         None
     };

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use clap::Parser;
-use rdkafka::config::ClientConfig;
+use outbox_router::config::KafkaConfig;
+use outbox_router::sink::client_config;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
@@ -54,13 +55,13 @@ impl ProducerContext for Ctx {
 fn main() -> Result<()> {
     let args = Args::parse();
     let counts = Arc::new(Counts::default());
-    let producer: ThreadedProducer<Ctx> = ClientConfig::new()
-        .set("bootstrap.servers", &args.bootstrap)
-        .set("acks", "all")
-        .set("enable.idempotence", "true")
-        .set("compression.type", "lz4")
-        .set("linger.ms", "5")
-        .create_with_context(Ctx(counts.clone()))?;
+    // Exactly the router's producer configuration.
+    let kafka = KafkaConfig {
+        bootstrap_servers: args.bootstrap.clone(),
+        ..Default::default()
+    };
+    let producer: ThreadedProducer<Ctx> =
+        client_config(&kafka).create_with_context(Ctx(counts.clone()))?;
     let topics: Vec<String> = (0..args.topics)
         .map(|t| format!("{}.Type{t}", args.prefix))
         .collect();

@@ -22,6 +22,9 @@ use crate::route::Record;
 
 /// Defaults chosen for an outbox stream; every one can be overridden in config.
 const DEFAULTS: &[(&str, &str)] = &[
+    // Kafka's Java producer (and so Debezium) picks a key's partition by murmur2; with
+    // librdkafka's CRC32 default an aggregate would move partitions on a switch.
+    ("partitioner", "murmur2_random"),
     ("linger.ms", "5"),
     ("compression.type", "lz4"),
     // Beyond librdkafka's internal retries the pipeline restarts from the checkpoint.

@@ -8,7 +8,7 @@ mod topics;
 use futures::future::BoxFuture;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-pub use kafka::KafkaSink;
+pub use kafka::{client_config, KafkaSink};
 pub use stdout::StdoutSink;
 pub use topics::TopicCreator;
 

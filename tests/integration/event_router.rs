@@ -64,6 +64,87 @@ async fn debezium_defaults_need_no_table_or_consumer_change() {
     );
 }
 
+/// Kafka's Java producer (Debezium's) puts a key on partition
+/// `toPositive(murmur2(key)) % partitions`; librdkafka's own default hashes with CRC32.
+/// The same aggregate must land where Debezium put it, or a switch from Debezium would
+/// split an aggregate's events over two partitions.
+#[tokio::test(flavor = "multi_thread")]
+async fn keys_land_on_the_partitions_the_java_producer_picks() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, setup) = fresh("java_partitions").await;
+    let events: Vec<Ev> = (0..60)
+        .map(|i| Ev::new(format!("p-{i}"), "Order", &format!("order-{i}"), "{}"))
+        .collect();
+    insert_txn(&mut conn, &setup.db, &events).await;
+    let topics = vec![setup.topic("Order")];
+    let mut router = setup.start_router();
+    drain_and_stop(&mut router, &topics, events.len());
+    let msgs = read_all(&topics);
+    assert_eq!(msgs.len(), events.len());
+    let used: std::collections::HashSet<i32> = msgs.iter().map(|m| m.partition).collect();
+    assert_eq!(used.len(), 3, "60 keys over the topic's 3 partitions");
+    for m in &msgs {
+        let java = (java_murmur2(&m.key) & 0x7fff_ffff) % 3;
+        assert_eq!(
+            m.partition,
+            java,
+            "key {:?}",
+            String::from_utf8_lossy(&m.key)
+        );
+    }
+}
+
+/// `org.apache.kafka.common.utils.Utils.murmur2`.
+fn java_murmur2(data: &[u8]) -> i32 {
+    const M: u32 = 0x5bd1_e995;
+    let mut h: u32 = 0x9747_b28c ^ data.len() as u32;
+    let mut chunks = data.chunks_exact(4);
+    for c in &mut chunks {
+        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> 24;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M) ^ k;
+    }
+    let rest = chunks.remainder();
+    if rest.len() >= 3 {
+        h ^= u32::from(rest[2]) << 16;
+    }
+    if rest.len() >= 2 {
+        h ^= u32::from(rest[1]) << 8;
+    }
+    if !rest.is_empty() {
+        h ^= u32::from(rest[0]);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h as i32
+}
+
+/// Printed by Kafka's own `Utils.murmur2` (kafka-clients 4.1.1, in jshell).
+const MURMUR2_VECTORS: &[(&str, i32)] = &[
+    ("21", -973932308),
+    ("foobar", -790332482),
+    ("a-little-bit-long-string", -985981536),
+    ("a-little-bit-longer-string", -1486304829),
+    (
+        "lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+        -58897971,
+    ),
+    ("abc", 479470107),
+    ("order-17", 1568318961),
+    ("", 275646681),
+];
+
+#[test]
+fn murmur2_matches_kafka_utils() {
+    for (s, expected) in MURMUR2_VECTORS {
+        assert_eq!(java_murmur2(s.as_bytes()), *expected, "{s}");
+    }
+}
+
 /// Additional placements (header with alias, envelope, partition), JSON expansion inside
 /// the envelope and the timestamp column.
 #[tokio::test(flavor = "multi_thread")]
