@@ -192,7 +192,7 @@ impl Mapper {
         let payload = column(row, &r.payload).map_err(&invalid)?;
         let timestamp_ms = match &r.timestamp {
             Some(name) => {
-                let i = find(row, name).ok_or_else(|| invalid(missing(row, name)))?;
+                let i = row.index(name).ok_or_else(|| invalid(missing(row, name)))?;
                 row.get(i)
                     .map(value::to_epoch_ms)
                     .transpose()
@@ -203,7 +203,7 @@ impl Mapper {
         };
         let (mut headers, mut envelope, mut partition) = (Vec::new(), Vec::new(), None);
         for extra in &r.additional {
-            let Some(i) = find(row, &extra.column) else {
+            let Some(i) = row.index(&extra.column) else {
                 if r.additional_missing_is_error {
                     return Err(invalid(missing(row, &extra.column)));
                 }
@@ -259,10 +259,6 @@ fn row_json(row: &RowImage) -> serde_json::Value {
     serde_json::Value::Object(out)
 }
 
-fn find(row: &RowImage, name: &str) -> Option<usize> {
-    row.index(name)
-}
-
 fn missing(row: &RowImage, name: &str) -> String {
     if row.names().iter().all(String::is_empty) {
         return format!(
@@ -277,7 +273,7 @@ fn missing(row: &RowImage, name: &str) -> String {
 
 /// A mapped, required column's bytes (None for NULL); missing column is an error.
 fn column(row: &RowImage, name: &str) -> Result<Option<Vec<u8>>, String> {
-    let i = find(row, name).ok_or_else(|| missing(row, name))?;
+    let i = row.index(name).ok_or_else(|| missing(row, name))?;
     match row.get(i) {
         Some(v) => value::to_bytes(v),
         None => Err(format!(

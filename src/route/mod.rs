@@ -207,10 +207,10 @@ impl Router {
             Err(reason) => return Ok(Err(InvalidEvent::of(&e, reason))),
         };
         let mut e = e;
-        // A plain payload is checked before it moves into the value, so an invalid event
-        // still carries it; Avro and envelopes are checked once encoded.
-        let plain = self.avro.is_none() && !self.rules.has_envelope();
-        if plain {
+        // A payload that moves into the value is checked before, so an invalid event still
+        // carries it; Avro and envelopes are checked once encoded.
+        let moved = self.moves_payload();
+        if moved {
             if let Err(reason) = self.fits(&e, e.payload.as_ref().map_or(0, Vec::len)) {
                 return Ok(Err(InvalidEvent::of(&e, reason)));
             }
@@ -222,7 +222,7 @@ impl Router {
                 Err(reason) => return Ok(Err(InvalidEvent::of(&e, reason))),
             }
         }
-        if !plain {
+        if !moved {
             if let Err(reason) = self.fits(&e, value.as_ref().map_or(0, Vec::len)) {
                 return Ok(Err(InvalidEvent::of(&e, reason)));
             }
@@ -243,6 +243,11 @@ impl Router {
                 id: e.id,
             },
         }))
+    }
+
+    /// The value is the payload as stored (no Avro, no envelope): it moves, not copies.
+    fn moves_payload(&self) -> bool {
+        self.avro.is_none() && !self.rules.has_envelope()
     }
 
     /// Kafka would reject a record over the producer's `message.max.bytes`.
@@ -269,11 +274,12 @@ impl Router {
         if blank && self.rules.tombstone_on_empty {
             return None;
         }
+        if self.moves_payload() {
+            return e.payload.take();
+        }
         if !self.rules.has_envelope() {
-            return match self.avro {
-                None => e.payload.take(),
-                Some(_) => e.payload.clone(),
-            };
+            // Avro still reads the event whole.
+            return e.payload.clone();
         }
         let payload = match &e.payload {
             None => serde_json::Value::Null,

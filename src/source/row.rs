@@ -105,17 +105,19 @@ impl TableLayout {
     }
 
     /// Which table columns an image holds (the rows event's column bitmap).
-    fn image_columns(&self, bits: &BitSlice<u8>) -> Vec<bool> {
-        (0..self.columns.len())
+    fn image_columns(&self, bits: &BitSlice<u8>) -> ImageColumns {
+        let present: Vec<bool> = (0..self.columns.len())
             .map(|i| bits.get(i).is_some_and(|b| *b))
-            .collect()
+            .collect();
+        let count = present.iter().filter(|p| **p).count();
+        ImageColumns { present, count }
     }
 
     /// One row image: `[value options]`, the null bitmap of the columns present, then
     /// their values.
     fn image<'a>(
         &'a self,
-        present: &[bool],
+        columns: &ImageColumns,
         shared_image: bool,
         buf: &mut ParseBuf<'a>,
     ) -> io::Result<RowImage> {
@@ -127,11 +129,10 @@ impl TableLayout {
                 partial_json = Some(bitmap);
             }
         }
-        let in_image = present.iter().filter(|p| **p).count();
-        let nulls: &[u8] = buf.parse(in_image.div_ceil(8))?;
+        let nulls: &[u8] = buf.parse(columns.count.div_ceil(8))?;
         let mut values = Vec::with_capacity(self.columns.len());
         let (mut image_idx, mut json_idx) = (0usize, 0usize);
-        for (column, present) in self.columns.iter().zip(present) {
+        for (column, present) in self.columns.iter().zip(&columns.present) {
             let is_partial = column.ty == ColumnType::MYSQL_TYPE_JSON && {
                 let bit = partial_json.is_some_and(|b| bit_at(b, json_idx));
                 json_idx += 1;
@@ -160,6 +161,14 @@ impl TableLayout {
             values,
         })
     }
+}
+
+/// The columns one kind of image holds in a rows event, the same for each of its rows.
+struct ImageColumns {
+    /// Per table column.
+    present: Vec<bool>,
+    /// How many are present: the length of each row's null bitmap.
+    count: usize,
 }
 
 /// The rows of one rows event.

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use futures::StreamExt;
 use mysql_async::binlog::events::{EventData, TableMapEvent};
 use mysql_async::prelude::Queryable;
-use mysql_async::{BinlogStreamRequest, Conn, OptsBuilder};
+use mysql_async::BinlogStreamRequest;
 use outbox_router::source::{TableLayout, TableName};
 
 use crate::util::*;
@@ -50,13 +50,7 @@ async fn decodes_every_column_type_like_mysql_common() {
     let (end_file, end) = binlog_position(&mut conn).await;
     assert_eq!(file, end_file, "the test's events span a binlog rotation");
 
-    let opts = OptsBuilder::default()
-        .ip_or_hostname("127.0.0.1")
-        .tcp_port(mariadb_port())
-        .user(Some("cdc"))
-        .pass(Some("cdc-secret"))
-        .prefer_socket(false);
-    let cdc = Conn::new(opts).await.unwrap();
+    let cdc = conn_as(mariadb_port(), "cdc", "cdc-secret").await;
     let mut stream = cdc
         .get_binlog_stream(
             BinlogStreamRequest::new(server_id)

@@ -11,6 +11,14 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use crate::util::*;
 
+/// An admin client of the local broker.
+fn admin() -> AdminClient<DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .create()
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn topics_created_by_rule_and_tables_matched_by_pattern() {
     let _settings = SERVER_SETTINGS.read().await;
@@ -66,10 +74,7 @@ async fn topics_created_by_rule_and_tables_matched_by_pattern() {
         5,
         "partitions from the rule"
     );
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", kafka_bootstrap())
-        .create()
-        .unwrap();
+    let admin = admin();
     let configs = admin
         .describe_configs([&ResourceSpecifier::Topic(&topic)], &AdminOptions::new())
         .await
@@ -154,10 +159,7 @@ async fn record_refused_by_the_broker_stops_the_router_naming_the_event() {
     assert!(ids(&topics).contains(&"ok-1".to_string()));
     assert!(!ids(&topics).contains(&"big-3".to_string()));
 
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", kafka_bootstrap())
-        .create()
-        .unwrap();
+    let admin = admin();
     let raise =
         AlterConfig::new(ResourceSpecifier::Topic(&topics[1])).set("max.message.bytes", "1048588");
     for r in admin

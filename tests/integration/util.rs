@@ -57,14 +57,19 @@ pub async fn app_conn() -> Conn {
 
 /// An `app` connection to the server on `port` (the primary, or its replica).
 pub async fn app_conn_at(port: u16) -> Conn {
+    conn_as(port, "app", "app-secret").await
+}
+
+/// A connection to the server on `port` as `user` (`app` writes, `cdc` replicates).
+pub async fn conn_as(port: u16, user: &str, password: &str) -> Conn {
     let opts = OptsBuilder::default()
         .ip_or_hostname("127.0.0.1")
         .tcp_port(port)
-        .user(Some("app"))
-        .pass(Some("app-secret"))
+        .user(Some(user))
+        .pass(Some(password))
         .prefer_socket(false);
     Conn::new(opts).await.unwrap_or_else(|e| {
-        panic!("connect to the local MariaDB on {port} as app (is scripts/services up?): {e}")
+        panic!("connect to the local MariaDB on {port} as {user} (is scripts/services up?): {e}")
     })
 }
 
