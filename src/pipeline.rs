@@ -231,7 +231,10 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         return Err(PipelineError::Settings(text.join("\n  ")));
     }
     let sink = match sink_kind {
-        SinkKind::Kafka => Sink::Kafka(KafkaSink::new(&config.kafka)?),
+        SinkKind::Kafka => Sink::Kafka(KafkaSink::new(
+            &config.kafka,
+            metrics.deliveries_unproven(),
+        )?),
         SinkKind::Stdout => Sink::Stdout(StdoutSink),
         SinkKind::Null => Sink::Null,
     };

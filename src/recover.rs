@@ -67,7 +67,7 @@ pub async fn recover(
     // Read before selecting rows: every commit before it is visible to the select.
     let resume_at = server::current_position(&mut conn, flavor).await?;
 
-    let sink = Sink::Kafka(KafkaSink::new(&config.kafka)?);
+    let sink = Sink::Kafka(KafkaSink::new(&config.kafka, Default::default())?);
     let since = Some((opts.timestamp_column.as_str(), since_secs));
     let events = republish(config, &mut conn, since, &resume_at, &sink).await?;
     store.save(&Checkpoint::new(resume_at.clone(), now_ms()))?;

@@ -22,6 +22,7 @@ struct Inner {
     transactions: Counter,
     events_routed: Family<Labels, Counter>,
     events_acked: Counter,
+    deliveries_unproven: Counter,
     events_ignored: Family<Labels, Counter>,
     events_invalid: Family<Labels, Counter>,
     checkpoint_writes: Counter,
@@ -65,6 +66,7 @@ impl Default for Metrics {
             transactions: reg!("transactions", "Committed transactions read from the binlog", Counter::default()),
             events_routed: reg!("events_routed", "Records handed to the sink, by topic", Family::default()),
             events_acked: reg!("events_acked", "Records acknowledged by the sink", Counter::default()),
+            deliveries_unproven: reg!("deliveries_unproven", "Delivery reports of success without an offset (librdkafka's implicit acknowledgements); each is re-sent from the checkpoint, never counted as acknowledged", Counter::default()),
             events_ignored: reg!("events_ignored", "Outbox rows ignored, by reason (update, delete)", Family::default()),
             events_invalid: reg!("events_invalid", "Outbox rows that could not be records, by policy (fail, dead-letter, skip)", Family::default()),
             checkpoint_writes: reg!("checkpoint_writes", "Durable checkpoint writes", Counter::default()),
@@ -102,6 +104,8 @@ pub struct Snapshot {
     pub checkpoints_written: u64,
     /// Restarts after transient errors.
     pub restarts: u64,
+    /// Delivery reports of success without an offset (not counted as acknowledged).
+    pub deliveries_unproven: u64,
 }
 
 impl Metrics {
@@ -127,6 +131,10 @@ impl Metrics {
     /// Counts acknowledged records.
     pub fn acked(&self, n: u64) {
         self.0.events_acked.inc_by(n);
+    }
+    /// The counter of unproven deliveries, for the sink's delivery callback.
+    pub fn deliveries_unproven(&self) -> Counter {
+        self.0.deliveries_unproven.clone()
     }
     /// Counts ignored rows; returns the new total for that operation.
     pub fn ignored(&self, op: RowOp, n: u64) -> u64 {
@@ -228,6 +236,7 @@ impl Metrics {
             ignored_deletes: ignored("delete"),
             checkpoints_written: i.checkpoint_writes.get(),
             restarts: i.restarts.get(),
+            deliveries_unproven: i.deliveries_unproven.get(),
         }
     }
 }

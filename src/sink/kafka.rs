@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::FutureExt;
+use prometheus_client::metrics::counter::Counter;
 use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
@@ -55,9 +56,11 @@ pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
 }
 
 impl KafkaSink {
-    /// Creates the producer (does not contact the brokers yet).
-    pub fn new(cfg: &KafkaConfig) -> Result<Self, SinkError> {
-        let producer = ThreadedProducer::from_config_and_context(&client_config(cfg), AckContext)
+    /// Creates the producer (does not contact the brokers yet); `unproven` counts
+    /// delivery reports that claim success without an offset.
+    pub fn new(cfg: &KafkaConfig, unproven: Counter) -> Result<Self, SinkError> {
+        let context = AckContext { unproven };
+        let producer = ThreadedProducer::from_config_and_context(&client_config(cfg), context)
             .map_err(SinkError::Create)?;
         let topics = cfg
             .topics
@@ -143,10 +146,19 @@ impl KafkaSink {
                         .iter()
                         .position(|e| !e.id.0.is_empty() && failed.header_values.contains(&e.id.0))
                         .unwrap_or(0);
-                    Err(SinkError::Delivery {
-                        event: Box::new(events.swap_remove(at)),
-                        topic: failed.topic,
-                        error: failed.error,
+                    let event = Box::new(events.swap_remove(at));
+                    let topic = failed.topic;
+                    Err(match failed.reason {
+                        FailureReason::Error(error) => SinkError::Delivery {
+                            event,
+                            topic,
+                            error,
+                        },
+                        FailureReason::NoOffset { partition } => SinkError::Unproven {
+                            event,
+                            topic,
+                            partition,
+                        },
                     })
                 }
                 Err(_) => Err(SinkError::Canceled {
@@ -160,10 +172,21 @@ impl KafkaSink {
 
 /// What librdkafka reported for the first record of a batch that failed.
 struct Failure {
-    error: KafkaError,
+    reason: FailureReason,
     topic: String,
     /// The record's header values, one of which is its event id.
     header_values: Vec<Vec<u8>>,
+}
+
+/// Why a record does not count as delivered.
+enum FailureReason {
+    /// librdkafka reported an error.
+    Error(KafkaError),
+    /// librdkafka reported success without an offset: an "implicit acknowledgement"
+    /// (a later batch of the partition succeeded), which is no proof the record was
+    /// written. A new idempotent producer meeting a moving leader loses records exactly
+    /// this way (../shared/notes/delivery-proof.md).
+    NoOffset { partition: i32 },
 }
 
 /// A batch's acknowledgements, counted in librdkafka's delivery callbacks: one wake-up
@@ -197,8 +220,10 @@ impl BatchAcks {
     }
 }
 
-/// Routes delivery reports to their batch.
-pub struct AckContext;
+/// Routes delivery reports to their batch; only a report with an offset acknowledges.
+pub struct AckContext {
+    unproven: Counter,
+}
 
 impl ClientContext for AckContext {}
 
@@ -206,27 +231,32 @@ impl ProducerContext for AckContext {
     type DeliveryOpaque = Arc<BatchAcks>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, acks: Arc<BatchAcks>) {
-        match result {
-            Ok(_) => {
+        let (reason, message) = match result {
+            Ok(message) if message.offset() >= 0 => {
                 if acks.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                     acks.finish(Ok(()));
                 }
+                return;
             }
-            Err((error, message)) => {
-                let header_values = message
-                    .headers()
-                    .map(|h| {
-                        h.iter()
-                            .filter_map(|h| h.value.map(<[u8]>::to_vec))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                acks.finish(Err(Failure {
-                    error: error.clone(),
-                    topic: message.topic().to_string(),
-                    header_values,
-                }));
+            Ok(message) => {
+                self.unproven.inc();
+                let partition = message.partition();
+                (FailureReason::NoOffset { partition }, message)
             }
-        }
+            Err((error, message)) => (FailureReason::Error(error.clone()), message),
+        };
+        let header_values = message
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .filter_map(|h| h.value.map(<[u8]>::to_vec))
+                    .collect()
+            })
+            .unwrap_or_default();
+        acks.finish(Err(Failure {
+            reason,
+            topic: message.topic().to_string(),
+            header_values,
+        }));
     }
 }

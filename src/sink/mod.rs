@@ -34,6 +34,12 @@ pub enum SinkError {
         topic: String,
         error: KafkaError,
     },
+    #[error("Kafka reported event {} ({} at {}) on topic {topic} partition {partition} as delivered without an offset (librdkafka's implicit acknowledgement after a leader change): not proof it was written; re-sending from the checkpoint", event.id, event.table, event.position)]
+    Unproven {
+        event: Box<EventRef>,
+        topic: String,
+        partition: i32,
+    },
     #[error("the producer was dropped before acknowledging event {}", event.id)]
     Canceled { event: Box<EventRef> },
     #[error("cannot create topic {topic}: {reason}")]
@@ -50,7 +56,9 @@ impl SinkError {
             SinkError::Produce { error, .. } | SinkError::Delivery { error, .. } => {
                 !is_permanent(error)
             }
-            SinkError::Canceled { .. } | SinkError::CreateTopic { .. } => true,
+            SinkError::Canceled { .. }
+            | SinkError::Unproven { .. }
+            | SinkError::CreateTopic { .. } => true,
             SinkError::Create(_) | SinkError::Stdout(_) => false,
         }
     }

@@ -3,8 +3,8 @@
 //! defaults), so production brokers can keep `auto.create.topics.enable=false`.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -16,7 +16,7 @@ use crate::pattern::Pattern;
 
 /// Creates topics once each.
 pub struct TopicCreator {
-    admin: AdminClient<DefaultClientContext>,
+    admin: Arc<AdminClient<DefaultClientContext>>,
     rules: Vec<(Pattern, TopicRule)>,
     known: Mutex<HashSet<String>>,
 }
@@ -34,7 +34,7 @@ impl TopicCreator {
             .map(|r| (Pattern::new(&r.pattern), r.clone()))
             .collect();
         Ok(Self {
-            admin,
+            admin: Arc::new(admin),
             rules,
             known: Mutex::new(HashSet::new()),
         })
@@ -84,9 +84,13 @@ impl TopicCreator {
                 topic: unknown.join(","),
                 reason: error.to_string(),
             })?;
+        let mut created = Vec::new();
         for result in results {
             match result {
-                Ok(topic) => tracing::info!(%topic, "created topic"),
+                Ok(topic) => {
+                    tracing::info!(%topic, "created topic");
+                    created.push(topic);
+                }
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                 Err((topic, code)) => {
                     return Err(SinkError::CreateTopic {
@@ -96,10 +100,78 @@ impl TopicCreator {
                 }
             }
         }
+        if !created.is_empty() {
+            let admin = self.admin.clone();
+            tokio::task::spawn_blocking(move || wait_for_leaders(&admin, &created))
+                .await
+                .map_err(|e| SinkError::CreateTopic {
+                    topic: unknown.join(","),
+                    reason: format!("waiting for leaders failed: {e}"),
+                })??;
+        }
         self.known
             .lock()
             .expect("topic set")
             .extend(unknown.iter().map(|t| t.to_string()));
         Ok(())
     }
+}
+
+/// How long a new topic's partition leaders may take to answer.
+const LEADER_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits until every partition of the new topics answers a ListOffsets request from its
+/// leader. A topic the controller has just created is announced before its leaders have
+/// taken over; a new producer's first batch then fails with NOT_LEADER while the next
+/// one succeeds, and librdkafka reports the first as delivered ("implicitly acked").
+/// The router refuses such reports (no offset), but not producing into that moment
+/// avoids the re-send altogether.
+fn wait_for_leaders(
+    admin: &AdminClient<DefaultClientContext>,
+    topics: &[String],
+) -> Result<(), SinkError> {
+    let client = admin.inner();
+    let deadline = Instant::now() + LEADER_WAIT;
+    let timeout = Duration::from_secs(5);
+    for topic in topics {
+        let mut last_error = String::new();
+        loop {
+            let answered = client
+                .fetch_metadata(Some(topic), timeout)
+                .map_err(|e| e.to_string())
+                .and_then(|md| {
+                    let partitions: Vec<i32> = md
+                        .topics()
+                        .iter()
+                        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+                        .collect();
+                    if partitions.is_empty() {
+                        return Err("no partitions in metadata yet".to_string());
+                    }
+                    partitions.iter().try_for_each(|&p| {
+                        client
+                            .fetch_watermarks(topic, p, timeout)
+                            .map(drop)
+                            .map_err(|e| format!("partition {p}: {e}"))
+                    })
+                });
+            match answered {
+                Ok(()) => break,
+                Err(e) if Instant::now() < deadline => {
+                    last_error = e;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => {
+                    return Err(SinkError::CreateTopic {
+                        topic: topic.clone(),
+                        reason: format!(
+                            "its partition leaders did not answer within {} s: {e} (before: {last_error})",
+                            LEADER_WAIT.as_secs()
+                        ),
+                    })
+                }
+            }
+        }
+    }
+    Ok(())
 }

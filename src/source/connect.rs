@@ -38,6 +38,16 @@ pub enum SourceError {
     Decode { position: String, reason: String },
     #[error("binlog position {needed} is no longer on the server (oldest binlog it has: {oldest}); the events after it were purged before the router read them.\n  Recover them from the outbox table, keeping their event ids: outbox-router -c CONFIG recover\n  (then start the router again). Never jump the checkpoint forward by hand: that skips events.")]
     Purged { needed: String, oldest: String },
+    #[error("binlog event at {position} cannot be accounted for: {reason}; the router stops rather than risk skipping outbox rows.\n  Check the server's settings (`outbox-router validate`); after deciding it holds no outbox rows, move past it with `checkpoint set`")]
+    Unaccountable { position: String, reason: String },
+    #[error("outbox table {table} changed by a statement-logged {statement:?} at {position} (binlog_format=STATEMENT or MIXED in that session): the binlog holds no rows to publish.\n  Set binlog_format=ROW globally and for every writer session; recover these rows with `outbox-router recover`")]
+    StatementLogged {
+        table: String,
+        position: String,
+        statement: String,
+    },
+    #[error("rows of outbox table {table} in a transaction that ended in ROLLBACK at {position}: they never committed and are not published, but their transaction also changed non-transactional tables, which the outbox pattern cannot make atomic.\n  Keep the outbox and the business tables on InnoDB; after checking, move past it with `checkpoint set`")]
+    RolledBack { table: String, position: String },
     #[error("server answered unexpectedly: {0}")]
     Unexpected(String),
     #[error(transparent)]
@@ -55,6 +65,9 @@ impl SourceError {
             | SourceError::StreamEnded { .. }
             | SourceError::ReadTimeout { .. } => true,
             SourceError::Decode { .. }
+            | SourceError::Unaccountable { .. }
+            | SourceError::StatementLogged { .. }
+            | SourceError::RolledBack { .. }
             | SourceError::Purged { .. }
             | SourceError::Unexpected(_)
             | SourceError::Config(_) => false,

@@ -13,6 +13,8 @@ pub const GTID_LIST_EVENT: u8 = 163;
 
 /// The transaction is a single statement with no closing XID/COMMIT (DDL).
 const FL_STANDALONE: u8 = 1;
+/// XA_PREPARE_LOG_EVENT (MySQL and MariaDB): ends the group of a prepared XA branch.
+pub const XA_PREPARE_LOG_EVENT: u8 = 38;
 
 /// A decoded MariaDB GTID event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! Source stage: connect to the server as a replica, stream the binlog, and cut it into
 //! committed transactions that each carry the position just past their last event.
 
+mod boundary;
 mod connect;
 mod mariadb;
 mod mysql_gtid;
@@ -11,6 +12,9 @@ pub mod server;
 pub mod snapshot;
 mod transaction;
 
+pub use boundary::{
+    classify, statement_tables, Boundaries, Event as BoundaryEvent, Statement, Step, Xid,
+};
 pub use connect::{connect, SourceError};
 pub use position::{
     BinlogFile, GtidState, MariaGtid, MariaGtidState, MySqlGtidSet, Position, PositionError,

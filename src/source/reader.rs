@@ -15,6 +15,7 @@ use mysql_async::binlog::EventType;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
 
+use super::boundary::{statement_tables, Boundaries, Event as Boundary, Step, Xid};
 use super::mariadb;
 use super::row::TableLayout;
 use super::server::Flavor;
@@ -32,6 +33,16 @@ struct MappedTable {
     layout: Option<Arc<TableLayout>>,
 }
 
+/// A prepared XA branch waiting for its `XA COMMIT` / `XA ROLLBACK`.
+struct PreparedXa {
+    xid: Xid,
+    /// Its rows, published when it commits.
+    changes: Vec<RowChange>,
+    /// The position just before its prepare group: a restart before the branch is
+    /// resolved must read the group again, so no checkpoint may pass this point.
+    resume: Position,
+}
+
 /// Reads committed transactions from a binlog stream.
 pub struct BinlogReader {
     stream: BinlogStream,
@@ -46,8 +57,12 @@ pub struct BinlogReader {
     by_gtid: bool,
     seen_format_description: bool,
     checksums_on: bool,
-    /// Inside `BEGIN … COMMIT` (or a non-standalone MariaDB GTID group).
-    in_explicit_txn: bool,
+    /// Where groups begin and end.
+    boundaries: Boundaries,
+    /// The position before the current group (its GTID not yet applied).
+    group_start: Position,
+    /// Prepared XA branches not yet resolved, oldest first.
+    prepared: Vec<PreparedXa>,
     /// End offset of the current MySQL 8 compressed transaction payload, whose inner
     /// events carry log_pos 0.
     payload_end: Option<u64>,
@@ -103,6 +118,7 @@ impl BinlogReader {
             .map_err(|e| SourceError::stream(&start, e))?;
         Ok(Self {
             stream,
+            group_start: start.clone(),
             at: start,
             watched: watched.to_vec(),
             table_ids: HashMap::new(),
@@ -110,7 +126,8 @@ impl BinlogReader {
             by_gtid,
             seen_format_description: false,
             checksums_on,
-            in_explicit_txn: false,
+            boundaries: Boundaries::default(),
+            prepared: Vec::new(),
             payload_end: None,
             changes: Vec::new(),
         })
@@ -165,8 +182,10 @@ impl BinlogReader {
             mariadb::GTID_EVENT => {
                 let gtid = mariadb::parse_gtid(event.data(), header.server_id())
                     .ok_or_else(|| self.decode_error(event_end, "short MariaDB GTID event"))?;
-                self.begin();
-                self.in_explicit_txn = !gtid.standalone;
+                let step = self.boundaries.step(&Boundary::Gtid {
+                    standalone: gtid.standalone,
+                });
+                self.apply(step, event_end, header.timestamp())?;
                 self.at.gtid.apply_mariadb(gtid.gtid);
                 return Ok(None);
             }
@@ -179,6 +198,10 @@ impl BinlogReader {
                 return Ok(None);
             }
             mariadb::ANNOTATE_ROWS_EVENT | mariadb::BINLOG_CHECKPOINT_EVENT => return Ok(None),
+            mariadb::XA_PREPARE_LOG_EVENT => {
+                let step = self.boundaries.step(&Boundary::XaPrepare(event.data()));
+                return self.apply(step, event_end, header.timestamp());
+            }
             _ => {}
         }
         let Ok(event_type) = header.event_type() else {
@@ -193,14 +216,15 @@ impl BinlogReader {
             // keeps a quiet router from pinning the old one until it expires.
             EventType::ROTATE_EVENT
                 if self.rotate(&event, header.log_pos())?
-                    && !self.in_explicit_txn
+                    && !self.boundaries.in_group()
                     && self.changes.is_empty() =>
             {
                 return Ok(Some(self.commit(self.at.offset, header.timestamp())));
             }
             EventType::FORMAT_DESCRIPTION_EVENT => self.seen_format_description = true,
             EventType::GTID_EVENT | EventType::GTID_TAGGED_LOG_EVENT => {
-                self.begin();
+                let step = self.boundaries.step(&Boundary::Gtid { standalone: false });
+                self.apply(step, event_end, header.timestamp())?;
                 // Decoded only when a GTID set is kept (see `GtidState::apply_mysql`).
                 if matches!(self.at.gtid, GtidState::MySql(_)) {
                     let Some(EventData::GtidEvent(gtid)) = self.read(&event, event_end)? else {
@@ -209,7 +233,10 @@ impl BinlogReader {
                     self.at.gtid.apply_mysql(&gtid);
                 }
             }
-            EventType::ANONYMOUS_GTID_EVENT => self.begin(),
+            EventType::ANONYMOUS_GTID_EVENT => {
+                let step = self.boundaries.step(&Boundary::Gtid { standalone: false });
+                self.apply(step, event_end, header.timestamp())?;
+            }
             EventType::TRANSACTION_PAYLOAD_EVENT => {
                 // mysql_async expands the payload into the events that follow, but drops
                 // one it cannot parse without a word: that would lose the transaction.
@@ -228,28 +255,24 @@ impl BinlogReader {
             | EventType::PARTIAL_UPDATE_ROWS_EVENT
             | EventType::DELETE_ROWS_EVENT
             | EventType::DELETE_ROWS_EVENT_V1 => self.rows(&event, event_end)?,
-            EventType::XID_EVENT => return Ok(Some(self.commit(event_end, header.timestamp()))),
+            EventType::XID_EVENT => {
+                let step = self.boundaries.step(&Boundary::Xid);
+                return self.apply(step, event_end, header.timestamp());
+            }
             EventType::QUERY_EVENT => {
                 let Some(EventData::QueryEvent(q)) = self.read(&event, event_end)? else {
                     return Err(self.decode_error(event_end, "QUERY event did not decode"));
                 };
-                let sql = q.query();
-                let sql = sql.trim();
-                if sql.eq_ignore_ascii_case("BEGIN") {
-                    self.begin();
-                    self.in_explicit_txn = true;
-                } else if sql.eq_ignore_ascii_case("COMMIT")
-                    || (sql.len() >= 8
-                        && sql[..8].eq_ignore_ascii_case("ROLLBACK")
-                        && !sql.to_ascii_uppercase().contains(" TO "))
-                {
-                    // A ROLLBACK that reaches the binlog ends a transaction whose
-                    // non-transactional changes stay applied: publish what it logged.
-                    return Ok(Some(self.commit(event_end, header.timestamp())));
-                } else if !self.in_explicit_txn {
-                    // DDL and other single statements are transactions of their own.
+                let sql = q.query_raw();
+                let step = self.boundaries.step(&Boundary::Query(sql));
+                if step == Step::StatementDml {
+                    self.statement_dml(sql, &q.schema(), event_end)?;
+                    if self.boundaries.in_group() {
+                        return Ok(None);
+                    }
                     return Ok(Some(self.commit(event_end, header.timestamp())));
                 }
+                return self.apply(step, event_end, header.timestamp());
             }
             EventType::PRE_GA_WRITE_ROWS_EVENT
             | EventType::PRE_GA_UPDATE_ROWS_EVENT
@@ -276,17 +299,93 @@ impl BinlogReader {
             .map_err(|e| self.decode_error(event_end, e))
     }
 
-    fn begin(&mut self) {
-        self.changes.clear();
-        self.in_explicit_txn = false;
+    /// Acts on what the boundary logic made of an event.
+    fn apply(
+        &mut self,
+        step: Step,
+        event_end: u64,
+        timestamp_secs: u32,
+    ) -> Result<Option<Transaction>, SourceError> {
+        let position = || format!("{}:{}", self.at.file, event_end);
+        match step {
+            Step::Continue | Step::StatementDml => return Ok(None),
+            Step::Begin => {
+                self.changes.clear();
+                self.group_start = self.at.clone();
+                return Ok(None);
+            }
+            Step::Commit => {}
+            Step::Rollback => {
+                if let Some(row) = self.changes.iter().find(|c| c.op == RowOp::Insert) {
+                    return Err(SourceError::RolledBack {
+                        table: row.table.to_string(),
+                        position: position(),
+                    });
+                }
+                self.changes.clear();
+            }
+            Step::XaPrepared(xid) => {
+                self.prepared.push(PreparedXa {
+                    xid,
+                    changes: std::mem::take(&mut self.changes),
+                    resume: self.group_start.clone(),
+                });
+            }
+            Step::XaCommitted(ref xid) | Step::XaRolledBack(ref xid) => {
+                let commit = matches!(step, Step::XaCommitted(_));
+                match self.prepared.iter().position(|p| p.xid == *xid) {
+                    Some(at) => {
+                        let branch = self.prepared.remove(at);
+                        if commit {
+                            let mut changes = branch.changes;
+                            changes.append(&mut self.changes);
+                            self.changes = changes;
+                        }
+                    }
+                    // A checkpoint never passes an unresolved PREPARE, and a first start
+                    // refuses to begin while branches are prepared (`server::prepared_xa`):
+                    // a branch prepared before the start was resolved and delivered before.
+                    None => {
+                        tracing::info!(%xid, position = %position(), commit, "XA branch prepared before the start position: already delivered")
+                    }
+                }
+            }
+            Step::Unaccountable(reason) => {
+                return Err(SourceError::Unaccountable {
+                    position: position(),
+                    reason: reason.to_string(),
+                })
+            }
+        }
+        Ok(Some(self.commit(event_end, timestamp_secs)))
     }
 
+    /// A DML statement in the binlog as text: its rows are not there to publish.
+    fn statement_dml(&self, sql: &[u8], schema: &str, event_end: u64) -> Result<(), SourceError> {
+        for table in statement_tables(sql, schema) {
+            if self.watched.iter().any(|p| p.matches(&table)) {
+                let text = String::from_utf8_lossy(sql);
+                return Err(SourceError::StatementLogged {
+                    table,
+                    position: format!("{}:{}", self.at.file, event_end),
+                    statement: text.chars().take(200).collect(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends a group at `end`. The transaction's checkpoint is `end`, unless a prepared
+    /// XA branch is unresolved: then the position before the oldest such branch.
     fn commit(&mut self, end: u64, timestamp_secs: u32) -> Transaction {
-        self.in_explicit_txn = false;
         self.payload_end = None;
         self.at.offset = end;
+        let checkpoint = match self.prepared.first() {
+            Some(oldest) => oldest.resume.clone(),
+            None => self.at.clone(),
+        };
         Transaction {
-            end: self.at.clone(),
+            end: checkpoint,
             commit_time_ms: i64::from(timestamp_secs) * 1000,
             changes: std::mem::take(&mut self.changes),
         }

@@ -72,7 +72,9 @@ pub struct RowChange {
 /// A committed transaction: its watched row changes and where it ends.
 #[derive(Debug)]
 pub struct Transaction {
-    /// Position just past the commit: the checkpoint once this transaction is delivered.
+    /// The checkpoint once this transaction is delivered: just past its commit, or,
+    /// while a prepared XA branch is unresolved, the position before that branch (a
+    /// restart must read its rows again).
     pub end: Position,
     /// Commit time, milliseconds since the epoch (the server gives seconds).
     pub commit_time_ms: i64,

@@ -3,7 +3,9 @@
 
 mod avro;
 mod bad_input;
+mod binlog_shapes;
 mod checkpoint_torture;
+mod cluster;
 #[cfg(feature = "failpoints")]
 mod crash;
 mod event_router;
@@ -232,7 +234,12 @@ fn seq_of(m: &Msg) -> u64 {
 
 /// Lost, duplicate and order checks over everything in the topics; returns duplicates.
 pub(crate) fn check_stream(topics: &[String], expected: usize) -> usize {
-    let msgs = read_all(topics);
+    check_stream_at(&kafka_bootstrap(), topics, expected)
+}
+
+/// `check_stream` on the Kafka at `bootstrap` (the 3-node cluster).
+pub(crate) fn check_stream_at(bootstrap: &str, topics: &[String], expected: usize) -> usize {
+    let msgs = read_all_at(bootstrap, topics);
     let mut first: HashMap<String, &Msg> = HashMap::new();
     let mut duplicates = 0;
     for m in &msgs {

@@ -117,7 +117,17 @@ pub async fn fresh(name: &str) -> (Conn, RouterSetup) {
 /// Waits until the topics hold `total` events, then stops the router gracefully;
 /// returns its log.
 pub fn drain_and_stop(router: &mut RouterProcess, topics: &[String], total: usize) -> String {
-    let seen = wait_for_count(topics, total as i64, Duration::from_secs(120));
+    drain_and_stop_at(&kafka_bootstrap(), router, topics, total)
+}
+
+/// `drain_and_stop` against the Kafka at `bootstrap` (the 3-node cluster).
+pub fn drain_and_stop_at(
+    bootstrap: &str,
+    router: &mut RouterProcess,
+    topics: &[String],
+    total: usize,
+) -> String {
+    let seen = wait_for_count_at(bootstrap, topics, total as i64, Duration::from_secs(120));
     assert!(
         seen >= total as i64,
         "only {seen} of {total} events arrived:\n{}",
@@ -307,7 +317,7 @@ interval_secs = 1
 
     /// Runs a CLI command of the router to completion.
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
-        Command::new(env!("CARGO_BIN_EXE_outbox-router"))
+        Command::new(router_bin())
             .arg("--config")
             .arg(self.config_path())
             .args(args)
@@ -346,7 +356,7 @@ interval_secs = 1
             "router-{}.log",
             RUNS.fetch_add(1, Ordering::Relaxed)
         ));
-        let child = Command::new(env!("CARGO_BIN_EXE_outbox-router"))
+        let child = Command::new(router_bin())
             .arg("--config")
             .arg(self.config_path())
             .arg("run")
@@ -445,9 +455,9 @@ impl Msg {
     }
 }
 
-fn consumer() -> BaseConsumer {
+fn consumer(bootstrap: &str) -> BaseConsumer {
     ClientConfig::new()
-        .set("bootstrap.servers", kafka_bootstrap())
+        .set("bootstrap.servers", bootstrap)
         .set("group.id", "outbox-router-tests")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
@@ -458,7 +468,12 @@ fn consumer() -> BaseConsumer {
 
 /// Total messages now in the topics (0 for topics that do not exist yet).
 pub fn count(topics: &[String]) -> i64 {
-    let c = consumer();
+    count_at(&kafka_bootstrap(), topics)
+}
+
+/// `count` on the Kafka at `bootstrap`.
+pub fn count_at(bootstrap: &str, topics: &[String]) -> i64 {
+    let c = consumer(bootstrap);
     let mut total = 0;
     for t in topics {
         let Ok(md) = c.fetch_metadata(Some(t), Duration::from_secs(5)) else {
@@ -480,9 +495,14 @@ pub fn count(topics: &[String]) -> i64 {
 
 /// Waits until the topics hold at least `n` messages; returns the count seen.
 pub fn wait_for_count(topics: &[String], n: i64, timeout: Duration) -> i64 {
+    wait_for_count_at(&kafka_bootstrap(), topics, n, timeout)
+}
+
+/// `wait_for_count` on the Kafka at `bootstrap`.
+pub fn wait_for_count_at(bootstrap: &str, topics: &[String], n: i64, timeout: Duration) -> i64 {
     let deadline = Instant::now() + timeout;
     loop {
-        let c = count(topics);
+        let c = count_at(bootstrap, topics);
         if c >= n || Instant::now() > deadline {
             return c;
         }
@@ -492,7 +512,12 @@ pub fn wait_for_count(topics: &[String], n: i64, timeout: Duration) -> i64 {
 
 /// Reads every message currently in the topics, in offset order per partition.
 pub fn read_all(topics: &[String]) -> Vec<Msg> {
-    let c = consumer();
+    read_all_at(&kafka_bootstrap(), topics)
+}
+
+/// `read_all` from the Kafka at `bootstrap`.
+pub fn read_all_at(bootstrap: &str, topics: &[String]) -> Vec<Msg> {
+    let c = consumer(bootstrap);
     let mut tpl = TopicPartitionList::new();
     let mut remaining: HashMap<(String, i32), i64> = HashMap::new();
     for t in topics {
@@ -573,6 +598,14 @@ pub async fn wait_http_ok(port: u16, path: &str, timeout: Duration) -> String {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The router binary under test: this build's, or `IT_ROUTER_BIN` (to show that a test
+/// fails on an older build).
+pub fn router_bin() -> PathBuf {
+    std::env::var_os("IT_ROUTER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_outbox-router")))
 }
 
 /// Root of the repository (for scripts/services and .local/).

@@ -1,0 +1,493 @@
+//! Transaction boundaries: what a binlog event means for the group it belongs to.
+//!
+//! Pure (no I/O) and total: any bytes give an answer, never a panic (fuzzed by
+//! `fuzz/fuzz_targets/boundary.rs`). The reader feeds it every event that can open or
+//! close a group and acts on the [`Step`] it returns.
+//!
+//! Shapes handled (MariaDB and MySQL):
+//! - `GTID … XID` (InnoDB), `GTID BEGIN … COMMIT`, `BEGIN … COMMIT` without GTIDs;
+//! - `… ROLLBACK` (a group with non-transactional changes that rolled back);
+//! - a standalone statement (DDL) outside a group;
+//! - XA: `[XA START] … XA END, XA_PREPARE` then, in a later group, `XA COMMIT xid` or
+//!   `XA ROLLBACK xid`; MySQL's `XA COMMIT … ONE PHASE` is an XA_PREPARE with the
+//!   one-phase flag, MariaDB's is an ordinary group.
+
+use std::fmt;
+
+/// An XA transaction id in the binlog's own text form: `X'gtrid',X'bqual',formatID`,
+/// hex in lower case.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Xid(String);
+
+impl Xid {
+    /// The id from its parts.
+    pub fn new(format_id: i64, gtrid: &[u8], bqual: &[u8]) -> Self {
+        Self(format!("X'{}',X'{}',{format_id}", hex(gtrid), hex(bqual)))
+    }
+
+    /// Parses the id as a query event writes it (`X'78',X'',1`); `None` when it is not
+    /// in that form.
+    fn parse(text: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(text).ok()?.trim();
+        let mut parts = text.splitn(3, ',');
+        let gtrid = hex_literal(parts.next()?)?;
+        let bqual = hex_literal(parts.next().unwrap_or("X''"))?;
+        let format_id = match parts.next() {
+            Some(f) => f.trim().parse().ok()?,
+            None => 1,
+        };
+        Some(Self::new(format_id, &gtrid, &bqual))
+    }
+
+    /// Decodes an XA_PREPARE_LOG_EVENT body: one_phase u8, formatID u32, gtrid length
+    /// u32, bqual length u32, then the two ids. Returns the id and the one-phase flag.
+    pub fn from_prepare_event(data: &[u8]) -> Option<(Self, bool)> {
+        let one_phase = *data.first()? != 0;
+        let u32_at = |at: usize| -> Option<u32> {
+            Some(u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?))
+        };
+        let format_id = u32_at(1)? as i32;
+        let gtrid_len = u32_at(5)? as usize;
+        let bqual_len = u32_at(9)? as usize;
+        let ids = data.get(13..13usize.checked_add(gtrid_len)?.checked_add(bqual_len)?)?;
+        let (gtrid, bqual) = ids.split_at(gtrid_len);
+        Some((Self::new(i64::from(format_id), gtrid, bqual), one_phase))
+    }
+}
+
+impl fmt::Display for Xid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `X'4a4b'` (or `'text'`) → bytes.
+fn hex_literal(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim();
+    if let Some(h) = s
+        .strip_prefix("X'")
+        .or_else(|| s.strip_prefix("x'"))
+        .and_then(|h| h.strip_suffix('\''))
+    {
+        if h.len() % 2 != 0 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        return (0..h.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(h.get(i..i + 2)?, 16).ok())
+            .collect();
+    }
+    let q = s.strip_prefix('\'')?.strip_suffix('\'')?;
+    Some(q.as_bytes().to_vec())
+}
+
+/// What a query event's statement is, as far as boundaries care.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Statement {
+    /// `BEGIN` / `START TRANSACTION`.
+    Begin,
+    /// `COMMIT`.
+    Commit,
+    /// `ROLLBACK` (of the whole transaction).
+    Rollback,
+    /// `ROLLBACK TO [SAVEPOINT] x`, `SAVEPOINT x`, `RELEASE SAVEPOINT x`: inside a group.
+    Savepoint,
+    /// `XA START xid` / `XA BEGIN xid`: opens an XA branch's group (MySQL).
+    XaStart,
+    /// `XA END xid`: inside the prepare group.
+    XaEnd,
+    /// `XA COMMIT xid` (not ONE PHASE: that one is logged as an ordinary group).
+    XaCommit(Xid),
+    /// `XA ROLLBACK xid`.
+    XaRollback(Xid),
+    /// `XA …` whose id is not in the binlog's form: an error, its rows could be lost.
+    XaUnreadable,
+    /// `INSERT` / `REPLACE` / `UPDATE` / `DELETE` / `LOAD DATA` logged as a statement.
+    Dml,
+    /// Anything else: DDL, `SET`, … (a transaction of its own outside a group).
+    Other,
+}
+
+/// Skips leading white space and comments (`/* … */`, `-- …`, `# …`), byte-wise: a
+/// comment may hold any text, in any encoding.
+fn skip_blank(mut s: &[u8]) -> &[u8] {
+    loop {
+        let trimmed = s.trim_ascii_start();
+        if let Some(rest) = trimmed.strip_prefix(b"/*") {
+            // MariaDB/MySQL executable comments (`/*!50001 … */`) hold the statement.
+            let executable = rest.strip_prefix(b"!").or_else(|| rest.strip_prefix(b"M!"));
+            if let Some(body) = executable {
+                let digits = body.iter().take_while(|b| b.is_ascii_digit()).count();
+                return skip_blank(&body[digits..]);
+            }
+            s = match rest.windows(2).position(|w| w == b"*/") {
+                Some(end) => &rest[end + 2..],
+                None => &[],
+            };
+        } else if trimmed.starts_with(b"-- ") || trimmed.starts_with(b"#") {
+            s = match trimmed.iter().position(|&b| b == b'\n') {
+                Some(end) => &trimmed[end + 1..],
+                None => &[],
+            };
+        } else {
+            return trimmed;
+        }
+    }
+}
+
+/// The next word (letters, digits, `_`) after blanks, and what follows it.
+fn word(s: &[u8]) -> (&[u8], &[u8]) {
+    let s = skip_blank(s);
+    let n = s
+        .iter()
+        .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_')
+        .count();
+    (&s[..n], &s[n..])
+}
+
+fn is(w: &[u8], keyword: &str) -> bool {
+    w.eq_ignore_ascii_case(keyword.as_bytes())
+}
+
+/// Classifies a query event's statement.
+pub fn classify(sql: &[u8]) -> Statement {
+    let (first, rest) = word(sql);
+    match () {
+        _ if is(first, "BEGIN") => Statement::Begin,
+        _ if is(first, "START") && is(word(rest).0, "TRANSACTION") => Statement::Begin,
+        _ if is(first, "COMMIT") => Statement::Commit,
+        _ if is(first, "ROLLBACK") => {
+            let (next, _) = word(rest);
+            if is(next, "TO") {
+                Statement::Savepoint
+            } else {
+                Statement::Rollback
+            }
+        }
+        _ if is(first, "SAVEPOINT") || is(first, "RELEASE") => Statement::Savepoint,
+        _ if is(first, "XA") => classify_xa(rest),
+        _ if ["INSERT", "REPLACE", "UPDATE", "DELETE", "LOAD"]
+            .iter()
+            .any(|k| is(first, k)) =>
+        {
+            Statement::Dml
+        }
+        _ => Statement::Other,
+    }
+}
+
+fn classify_xa(rest: &[u8]) -> Statement {
+    let (verb, ids) = word(rest);
+    let xid = || {
+        let ids = skip_blank(ids);
+        // `XA COMMIT xid ONE PHASE` is an ordinary group; it never reaches here as a
+        // separate resolution, but drop the suffix if it does.
+        let text = std::str::from_utf8(ids).ok()?;
+        let upper = text.to_ascii_uppercase();
+        let text = match upper.rfind(" ONE PHASE") {
+            Some(at) => &text[..at],
+            None => text,
+        };
+        Xid::parse(text.as_bytes())
+    };
+    match () {
+        _ if is(verb, "START") || is(verb, "BEGIN") => Statement::XaStart,
+        _ if is(verb, "END") => Statement::XaEnd,
+        _ if is(verb, "COMMIT") => xid().map_or(Statement::XaUnreadable, Statement::XaCommit),
+        _ if is(verb, "ROLLBACK") => xid().map_or(Statement::XaUnreadable, Statement::XaRollback),
+        _ => Statement::Other,
+    }
+}
+
+/// Events that open or close groups.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// A GTID event (MariaDB, MySQL, anonymous): a new group. `standalone` when the
+    /// group is one statement with no closing event (MariaDB's DDL flag).
+    Gtid { standalone: bool },
+    /// A query event's statement.
+    Query(&'a [u8]),
+    /// An XID event: InnoDB's commit.
+    Xid,
+    /// An XA_PREPARE_LOG_EVENT body.
+    XaPrepare(&'a [u8]),
+}
+
+/// What the reader does after an event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing to do (inside a group).
+    Continue,
+    /// A new group starts: forget rows collected so far (none are pending: every group
+    /// ends before the next begins).
+    Begin,
+    /// The group committed: publish its rows.
+    Commit,
+    /// The group ended in ROLLBACK: its transactional rows never committed.
+    Rollback,
+    /// The group is a prepared XA branch: keep its rows until it is resolved.
+    XaPrepared(Xid),
+    /// A prepared XA branch committed: publish the rows kept for it.
+    XaCommitted(Xid),
+    /// A prepared XA branch rolled back: drop the rows kept for it.
+    XaRolledBack(Xid),
+    /// A DML statement logged as a statement: the reader checks its tables.
+    StatementDml,
+    /// An event the router cannot place; the reader stops with this reason.
+    Unaccountable(&'static str),
+}
+
+/// Tracks whether the reader is inside a group.
+#[derive(Debug, Default, Clone)]
+pub struct Boundaries {
+    in_group: bool,
+}
+
+impl Boundaries {
+    /// True inside a group that has not ended yet.
+    pub fn in_group(&self) -> bool {
+        self.in_group
+    }
+
+    /// The meaning of one event.
+    pub fn step(&mut self, event: &Event<'_>) -> Step {
+        match event {
+            Event::Gtid { standalone } => {
+                self.in_group = !standalone;
+                Step::Begin
+            }
+            Event::Xid => self.end(Step::Commit),
+            Event::XaPrepare(body) => match Xid::from_prepare_event(body) {
+                Some((_, true)) => self.end(Step::Commit),
+                Some((xid, false)) => self.end(Step::XaPrepared(xid)),
+                None => Step::Unaccountable("XA_PREPARE event too short to hold its XA id"),
+            },
+            Event::Query(sql) => match classify(sql) {
+                Statement::Begin | Statement::XaStart => {
+                    let was_open = self.in_group;
+                    self.in_group = true;
+                    // After a GTID event the group is already open: same group.
+                    if was_open {
+                        Step::Continue
+                    } else {
+                        Step::Begin
+                    }
+                }
+                Statement::Commit => self.end(Step::Commit),
+                Statement::Rollback => self.end(Step::Rollback),
+                Statement::XaCommit(xid) => self.end(Step::XaCommitted(xid)),
+                Statement::XaRollback(xid) => self.end(Step::XaRolledBack(xid)),
+                Statement::XaUnreadable => {
+                    Step::Unaccountable("XA statement whose XA id cannot be read")
+                }
+                Statement::Savepoint | Statement::XaEnd => Step::Continue,
+                Statement::Dml => Step::StatementDml,
+                // DDL and other single statements are transactions of their own.
+                Statement::Other if !self.in_group => Step::Commit,
+                Statement::Other => Step::Continue,
+            },
+        }
+    }
+
+    fn end(&mut self, step: Step) -> Step {
+        self.in_group = false;
+        step
+    }
+}
+
+/// Tables a DML statement may write, as `database.table` (the default database for
+/// unqualified names); generous on purpose: used to stop on statement-logged changes
+/// to an outbox table, where a false "yes" is a loud stop and a false "no" a loss.
+pub fn statement_tables(sql: &[u8], default_db: &str) -> Vec<String> {
+    let text = String::from_utf8_lossy(sql).replace('`', "");
+    let mut names = Vec::new();
+    for token in text.split(|c: char| !(c.is_alphanumeric() || "_$.".contains(c))) {
+        if token.is_empty() {
+            continue;
+        }
+        match token.split_once('.') {
+            Some((db, table)) if !db.is_empty() && !table.is_empty() => {
+                names.push(format!("{db}.{table}"))
+            }
+            Some(_) => {}
+            None if !default_db.is_empty() => names.push(format!("{default_db}.{token}")),
+            None => {}
+        }
+    }
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn steps(events: &[Event<'_>]) -> Vec<Step> {
+        let mut b = Boundaries::default();
+        events.iter().map(|e| b.step(e)).collect()
+    }
+
+    #[test]
+    fn comments_in_any_encoding_never_panic() {
+        assert_eq!(
+            classify("/* 数据 */ CREATE TABLE shop.t (id INT)".as_bytes()),
+            Statement::Other
+        );
+        assert_eq!(
+            classify("/* 数据 */ ROLLBACK".as_bytes()),
+            Statement::Rollback
+        );
+        assert_eq!(classify(b"\xff\xfe\x00 COMMIT"), Statement::Other);
+        assert_eq!(classify(b"/* unterminated"), Statement::Other);
+        assert_eq!(classify("-- 注释\nCOMMIT".as_bytes()), Statement::Commit);
+        assert_eq!(
+            classify(b"/*!40000 ALTER TABLE t DISABLE KEYS */"),
+            Statement::Other
+        );
+        assert_eq!(
+            classify(b"/*M!100101 INSERT INTO t VALUES (1) */"),
+            Statement::Dml
+        );
+        assert_eq!(classify(b"ROLLBACK TO SAVEPOINT a"), Statement::Savepoint);
+        assert_eq!(classify(b"rollback /* x */ to a"), Statement::Savepoint);
+        assert_eq!(classify(b"START TRANSACTION"), Statement::Begin);
+        assert_eq!(classify(b"COMMITTED"), Statement::Other);
+    }
+
+    #[test]
+    fn plain_groups() {
+        use Step::*;
+        let gtid = Event::Gtid { standalone: false };
+        assert_eq!(steps(&[gtid, Event::Xid]), [Begin, Commit]);
+        assert_eq!(
+            steps(&[Event::Query(b"BEGIN"), Event::Query(b"COMMIT")]),
+            [Begin, Commit]
+        );
+        // MySQL: GTID, then BEGIN opens the same group.
+        assert_eq!(
+            steps(&[
+                Event::Gtid { standalone: false },
+                Event::Query(b"BEGIN"),
+                Event::Xid
+            ]),
+            [Begin, Continue, Commit]
+        );
+        assert_eq!(
+            steps(&[
+                Event::Gtid { standalone: true },
+                Event::Query(b"CREATE TABLE t (a INT)")
+            ]),
+            [Begin, Commit]
+        );
+        assert_eq!(
+            steps(&[Event::Query(b"BEGIN"), Event::Query(b"ROLLBACK")]),
+            [Begin, Rollback]
+        );
+        assert_eq!(
+            steps(&[
+                Event::Query(b"BEGIN"),
+                Event::Query(b"INSERT INTO shop.outbox VALUES (1)"),
+                Event::Query(b"COMMIT")
+            ]),
+            [Begin, StatementDml, Commit]
+        );
+    }
+
+    fn prepare_body(one_phase: bool, gtrid: &[u8], bqual: &[u8]) -> Vec<u8> {
+        let mut b = vec![u8::from(one_phase)];
+        b.extend(1u32.to_le_bytes());
+        b.extend((gtrid.len() as u32).to_le_bytes());
+        b.extend((bqual.len() as u32).to_le_bytes());
+        b.extend(gtrid);
+        b.extend(bqual);
+        b
+    }
+
+    #[test]
+    fn xa_shapes_of_mariadb_and_mysql() {
+        use Step::*;
+        let x = Xid::new(1, b"x", b"");
+        assert_eq!(x.to_string(), "X'78',X'',1");
+        let prepare = prepare_body(false, b"x", b"");
+        // MariaDB: GTID(prepared XA), rows, XA END, XA_PREPARE; later GTID, XA COMMIT.
+        assert_eq!(
+            steps(&[
+                Event::Gtid { standalone: false },
+                Event::Query(b"XA END X'78',X'',1"),
+                Event::XaPrepare(&prepare),
+                Event::Gtid { standalone: false },
+                Event::Query(b"XA COMMIT X'78',X'',1"),
+            ]),
+            [
+                Begin,
+                Continue,
+                XaPrepared(x.clone()),
+                Begin,
+                XaCommitted(x.clone())
+            ]
+        );
+        // MySQL: GTID, XA START, rows, XA END, XA_PREPARE; GTID, XA ROLLBACK.
+        assert_eq!(
+            steps(&[
+                Event::Gtid { standalone: false },
+                Event::Query(b"XA START X'78',X'',1"),
+                Event::Query(b"XA END X'78',X'',1"),
+                Event::XaPrepare(&prepare),
+                Event::Gtid { standalone: false },
+                Event::Query(b"XA ROLLBACK X'78',X'',1"),
+            ]),
+            [
+                Begin,
+                Continue,
+                Continue,
+                XaPrepared(x.clone()),
+                Begin,
+                XaRolledBack(x.clone())
+            ]
+        );
+        // MySQL without GTIDs: XA START opens the group.
+        assert_eq!(steps(&[Event::Query(b"XA START X'78',X'',1")]), [Begin]);
+        // MySQL's XA COMMIT … ONE PHASE: an XA_PREPARE flagged one-phase commits.
+        let one_phase = prepare_body(true, b"x", b"");
+        assert_eq!(
+            steps(&[
+                Event::Gtid { standalone: false },
+                Event::XaPrepare(&one_phase)
+            ]),
+            [Begin, Commit]
+        );
+        // The same id however the client spelt it.
+        assert_eq!(
+            classify(b"XA COMMIT x'4A4b',X'01',7"),
+            Statement::XaCommit(Xid::new(7, b"JK", b"\x01"))
+        );
+        assert_eq!(
+            classify(b"XA COMMIT 'JK',X'01',7"),
+            Statement::XaCommit(Xid::new(7, b"JK", b"\x01"))
+        );
+        assert_eq!(classify(b"XA COMMIT garbage"), Statement::XaUnreadable);
+        assert!(matches!(
+            steps(&[Event::XaPrepare(&prepare[..5])])[0],
+            Unaccountable(_)
+        ));
+        assert_eq!(
+            Xid::from_prepare_event(&prepare_body(false, b"g", b"b")),
+            Some((Xid::new(1, b"g", b"b"), false))
+        );
+        // Lengths that do not fit the body.
+        let mut bad = prepare_body(false, b"g", b"b");
+        bad[5..9].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(Xid::from_prepare_event(&bad), None);
+    }
+
+    #[test]
+    fn tables_of_a_statement() {
+        let t = statement_tables(b"INSERT INTO `shop`.`outbox` (a) VALUES ('x.y')", "app");
+        assert!(t.contains(&"shop.outbox".to_string()));
+        let t = statement_tables(b"insert into outbox values (1)", "shop");
+        assert!(t.contains(&"shop.outbox".to_string()));
+    }
+}
