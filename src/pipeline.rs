@@ -100,7 +100,16 @@ pub async fn run(
     shutdown: CancellationToken,
     metrics: Metrics,
 ) -> Result<(), PipelineError> {
-    let store = CheckpointStore::open(&config.checkpoint.dir)?;
+    // A dry run starts where the real checkpoint is but never writes it: the next real
+    // run must not skip what was only printed.
+    let (store, scratch) = match sink_kind {
+        SinkKind::Kafka => (CheckpointStore::open(&config.checkpoint.dir)?, None),
+        SinkKind::Stdout | SinkKind::Null => {
+            let (store, dir) = CheckpointStore::scratch_copy_of(&config.checkpoint.dir)?;
+            info!(real = %config.checkpoint.dir.display(), scratch = %dir.display(), "dry run: checkpoints go to a scratch store, the real one is left as it is");
+            (store, Some(dir))
+        }
+    };
     if let Some(cp) = store.load()? {
         metrics.set_checkpoint(&cp);
     }
@@ -127,6 +136,10 @@ pub async fn run(
         _ = watcher => Err(PipelineError::Internal("monitor stopped unexpectedly".into())),
     };
     monitor_stop.cancel();
+    if let Some(dir) = scratch {
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
+    }
     result
 }
 
@@ -203,6 +216,14 @@ async fn start_position(
     if let Some(cp) = store.load()? {
         return Ok(cp);
     }
+    if config.source.start != StartFrom::Earliest || config.source.snapshot != SnapshotMode::Never {
+        let prepared = server::prepared_xa(conn).await?;
+        if prepared > 0 {
+            return Err(PipelineError::Config(format!(
+                "{prepared} XA transaction(s) are prepared on the server (XA RECOVER) and not yet committed: their rows are logged at PREPARE, before this first start's position, and would never be published when they commit.\n  Commit or roll them back first, or start earlier (source.start = \"FILE:OFFSET\" before their PREPARE)"
+            )));
+        }
+    }
     let position = match (&config.source.snapshot, &config.source.start) {
         (SnapshotMode::Initial, _) => crate::recover::initial_snapshot(config, sink).await?,
         (SnapshotMode::Never, StartFrom::Latest) => server::current_position(conn, flavor).await?,
@@ -230,6 +251,8 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
         return Err(PipelineError::Settings(text.join("\n  ")));
     }
+    let tables = config.table_patterns();
+    check_outbox_tables(&mut conn, &tables, metrics).await?;
     let sink = match sink_kind {
         SinkKind::Kafka => Sink::Kafka(KafkaSink::new(
             &config.kafka,
@@ -263,7 +286,6 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         // names only mean something on the server that wrote them.
         server::ensure_available(&mut conn, &start).await?;
     }
-    let tables = config.table_patterns();
     let reader = BinlogReader::start(
         conn,
         flavor,
@@ -304,6 +326,40 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     // A delivery failure explains a reader stop, not the other way round.
     acked?;
     read
+}
+
+/// Every exact outbox table name must exist as written (a typo would make its INSERTs
+/// unrelated traffic, and the checkpoint would move past them); a pattern matching
+/// nothing yet is a warning (tables created later are picked up at their first row).
+async fn check_outbox_tables(
+    conn: &mut mysql_async::Conn,
+    tables: &[crate::pattern::Pattern],
+    metrics: &Metrics,
+) -> Result<(), PipelineError> {
+    let found = server::outbox_tables(conn, tables).await?;
+    metrics.set_unmatched_patterns(found.unmatched_patterns.len());
+    for pattern in &found.unmatched_patterns {
+        warn!(%pattern, "outbox.tables pattern matches no table yet; its tables are picked up when they appear");
+    }
+    if found.missing.is_empty() {
+        return Ok(());
+    }
+    let text: Vec<String> = found
+        .missing
+        .iter()
+        .map(|(name, like)| {
+            let hint = if like.is_empty() {
+                "no table of that database exists".to_string()
+            } else {
+                format!("tables there: {}", like.join(", "))
+            };
+            format!("{name} ({hint})")
+        })
+        .collect();
+    Err(PipelineError::Config(format!(
+        "outbox table(s) not on the server: {}.\n  Names are case-sensitive and must exist before the router starts; fix outbox.tables (or use a pattern such as \"tenant_*.outbox\" for tables created later)",
+        text.join("; ")
+    )))
 }
 
 /// The outbox and route stages, as configured (schemas loaded and, with a registry,

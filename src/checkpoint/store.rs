@@ -70,6 +70,29 @@ impl CheckpointStore {
         })
     }
 
+    /// A store in a new scratch directory holding a copy of `dir`'s checkpoint (if any),
+    /// for dry runs; `dir` is read, never created or written. Returns the scratch
+    /// directory, for the caller to remove.
+    pub fn scratch_copy_of(dir: &Path) -> Result<(Self, PathBuf), CheckpointError> {
+        let current = if dir.exists() {
+            Self::open(dir)?.load()?
+        } else {
+            None
+        };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let scratch = std::env::temp_dir().join(format!(
+            "outbox-router-dry-run-{}-{nanos}",
+            std::process::id()
+        ));
+        let store = Self::open(&scratch)?;
+        if let Some(cp) = current {
+            store.save(&cp)?;
+        }
+        Ok((store, scratch))
+    }
+
     /// The stored checkpoint, or `None` when none was ever written.
     pub fn load(&self) -> Result<Option<Checkpoint>, CheckpointError> {
         let raw = self.db.get(KEY).map_err(|source| CheckpointError::Read {

@@ -29,6 +29,7 @@ struct Inner {
     restarts: Counter,
     in_flight: IntGauge,
     connected: IntGauge,
+    unmatched_patterns: IntGauge,
     lag_ms: IntGauge,
     bytes_behind: IntGauge,
     checkpoint_age_seconds: IntGauge,
@@ -73,6 +74,7 @@ impl Default for Metrics {
             restarts: reg!("restarts", "Pipeline restarts after transient errors", Counter::default()),
             in_flight: reg!("in_flight_records", "Records sent but not yet acknowledged", IntGauge::default()),
             connected: reg!("connected", "1 while the binlog stream is connected", IntGauge::default()),
+            unmatched_patterns: reg!("outbox_patterns_unmatched", "outbox.tables patterns that match no table on the server", IntGauge::default()),
             lag_ms: reg!("lag_milliseconds", "Now minus the commit time of the last acknowledged transaction, 0 when caught up", IntGauge::default()),
             bytes_behind: reg!("binlog_bytes_behind", "Binlog bytes between the checkpoint and the server's current position", IntGauge::default()),
             checkpoint_age_seconds: reg!("checkpoint_age_seconds", "Seconds since the checkpoint was last written", IntGauge::default()),
@@ -179,6 +181,10 @@ impl Metrics {
     /// Sets the number of unacknowledged records.
     pub fn set_in_flight(&self, n: usize) {
         self.0.in_flight.set(n as i64);
+    }
+    /// Sets how many table patterns match no table.
+    pub fn set_unmatched_patterns(&self, n: usize) {
+        self.0.unmatched_patterns.set(n as i64);
     }
     /// Marks the binlog stream connected or not.
     pub fn set_connected(&self, connected: bool) {

@@ -230,3 +230,61 @@ pub async fn matching_tables(
         .map(|(database, table)| TableName { database, table })
         .collect())
 }
+
+/// Prepared XA branches on the server (`XA RECOVER`): a first start at the current
+/// position would never see their rows, which are logged at PREPARE.
+pub async fn prepared_xa(conn: &mut Conn) -> Result<usize, SourceError> {
+    let rows: Vec<Row> = query(conn, "XA RECOVER").await?;
+    Ok(rows.len())
+}
+
+/// The outbox table list as the server sees it.
+#[derive(Debug, Default)]
+pub struct OutboxTables {
+    /// Tables that exist and match.
+    pub found: Vec<TableName>,
+    /// Exact names with no such table, each with the tables that look like it (same
+    /// name in another case, or other tables of that database).
+    pub missing: Vec<(String, Vec<String>)>,
+    /// Patterns that match no table yet.
+    pub unmatched_patterns: Vec<String>,
+}
+
+/// Checks `patterns` against the server's tables: exact names must exist as written.
+pub async fn outbox_tables(
+    conn: &mut Conn,
+    patterns: &[crate::pattern::Pattern],
+) -> Result<OutboxTables, SourceError> {
+    let all: Vec<(String, String)> = query(
+        conn,
+        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY 1, 2",
+    )
+    .await?;
+    let names: Vec<String> = all.iter().map(|(d, t)| format!("{d}.{t}")).collect();
+    let mut out = OutboxTables::default();
+    for p in patterns {
+        let matching: Vec<&String> = names.iter().filter(|n| p.matches(n)).collect();
+        if !matching.is_empty() {
+            continue;
+        }
+        if p.is_wildcard() {
+            out.unmatched_patterns.push(p.as_str().to_string());
+            continue;
+        }
+        let wanted = p.as_str();
+        let db = wanted.split('.').next().unwrap_or_default();
+        let like: Vec<String> = names
+            .iter()
+            .filter(|n| n.eq_ignore_ascii_case(wanted) || n.split('.').next() == Some(db))
+            .take(10)
+            .cloned()
+            .collect();
+        out.missing.push((wanted.to_string(), like));
+    }
+    out.found = all
+        .into_iter()
+        .filter(|(d, t)| patterns.iter().any(|p| p.matches(&format!("{d}.{t}"))))
+        .map(|(database, table)| TableName { database, table })
+        .collect();
+    Ok(out)
+}

@@ -1,6 +1,8 @@
 //! Every way an outbox INSERT can reach the binlog is delivered or stops the router:
 //! XA transactions (committed, rolled back, one-phase, a restart between PREPARE and
-//! COMMIT), a DDL whose comment is not ASCII, a statement-logged INSERT.
+//! COMMIT), a DDL whose comment is not ASCII, a statement-logged INSERT. And no
+//! configuration or operation skips silently: a typo in `outbox.tables`, a dry run, a
+//! first start while XA branches are prepared.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -37,7 +39,8 @@ fn ids_in(topics: &[String]) -> HashMap<String, usize> {
 /// between PREPARE and COMMIT); `XA ROLLBACK` publishes nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn xa_transactions_publish_at_commit_only() {
-    let _settings = SERVER_SETTINGS.read().await;
+    // Exclusive: while a branch is prepared, every other test's first start refuses.
+    let _settings = SERVER_SETTINGS.write().await;
     let (mut conn, setup) = fresh("xa").await;
     let db = setup.db.clone();
     let topics = vec![setup.topic("Order")];
@@ -148,4 +151,105 @@ async fn statement_logged_outbox_insert_stops_the_router() {
     // It stays stopped: a restart reads the same event and stops again.
     let mut again = setup.start_router();
     again.expect_failure("the same statement after a restart");
+}
+
+/// An exact table name that is not on the server (a typo, another case) refuses to
+/// start, naming the tables that are there; a pattern matching nothing only warns.
+#[tokio::test(flavor = "multi_thread")]
+async fn outbox_table_typo_refuses_to_start() {
+    let _settings = SERVER_SETTINGS.read().await;
+    for wrong in ["outbx", "Outbox"] {
+        let (_conn, mut setup) = fresh("typo").await;
+        let db = setup.db.clone();
+        setup.extra_tables.push(format!("{db}.{wrong}"));
+        let log = setup
+            .start_router()
+            .expect_failure("a missing outbox table");
+        assert!(
+            log.contains(&format!("outbox table(s) not on the server: {db}.{wrong}"))
+                && log.contains(&format!("{db}.outbox")),
+            "{log}"
+        );
+        assert_eq!(setup.checkpoint(), None, "the checkpoint was written");
+    }
+    let (mut conn, mut setup) = fresh("pattern").await;
+    let db = setup.db.clone();
+    setup.extra_tables.push(format!("{db}_later_*.outbox"));
+    let topics = vec![setup.topic("Order")];
+    let mut router = setup.start_router();
+    sql(&mut conn, &[insert_sql(&db, "with-pattern")]).await;
+    let log = drain_and_stop(&mut router, &topics, 1);
+    assert!(log.contains("matches no table yet"), "{log}");
+}
+
+/// `run --sink stdout` prints from the real checkpoint but never moves it: the next real
+/// run publishes what the dry run printed.
+#[tokio::test(flavor = "multi_thread")]
+async fn dry_run_never_writes_the_real_checkpoint() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, setup) = fresh("dry").await;
+    let db = setup.db.clone();
+    let topics = vec![setup.topic("Order")];
+    let mut router = setup.start_router();
+    sql(&mut conn, &[insert_sql(&db, "before-dry-run")]).await;
+    drain_and_stop(&mut router, &topics, 1);
+    let checkpoint = setup.checkpoint();
+    assert!(checkpoint.is_some());
+
+    sql(&mut conn, &[insert_sql(&db, "printed-by-dry-run")]).await;
+    let out = std::process::Command::new(router_bin())
+        .args(["--config"])
+        .arg(setup.config_path())
+        .args(["run", "--sink", "stdout"])
+        .env("IT_CDC_PASSWORD", "cdc-secret")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    std::process::Command::new("kill")
+        .args(["-TERM", &out.id().to_string()])
+        .status()
+        .unwrap();
+    let out = out.wait_with_output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains("printed-by-dry-run"),
+        "dry run printed:\n{printed}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        setup.checkpoint(),
+        checkpoint,
+        "the dry run moved the checkpoint"
+    );
+    let mut router = setup.start_router();
+    drain_and_stop(&mut router, &topics, 2);
+    assert!(ids_in(&topics).contains_key("printed-by-dry-run"));
+}
+
+/// A first start while an XA branch is prepared would never see its rows (logged at
+/// PREPARE, before the start): refused until it is resolved.
+#[tokio::test(flavor = "multi_thread")]
+async fn first_start_refused_while_xa_branches_are_prepared() {
+    let _settings = SERVER_SETTINGS.write().await;
+    let (mut conn, setup) = fresh("xa_first").await;
+    let db = setup.db.clone();
+    let xid = format!("'{db}-pending'");
+    sql(
+        &mut conn,
+        &[
+            format!("XA START {xid}"),
+            insert_sql(&db, "prepared-before-start"),
+            format!("XA END {xid}"),
+            format!("XA PREPARE {xid}"),
+        ],
+    )
+    .await;
+    let log = setup
+        .start_router()
+        .expect_failure("a prepared XA branch at first start");
+    sql(&mut conn, &[format!("XA COMMIT {xid}")]).await;
+    assert!(log.contains("XA transaction(s) are prepared"), "{log}");
+    assert_eq!(setup.checkpoint(), None);
 }
