@@ -69,6 +69,10 @@ enum Command {
         /// Where records go: kafka, or stdout (JSON lines) for a dry run.
         #[arg(long, value_enum, default_value_t = SinkArg::Kafka)]
         sink: SinkArg,
+        /// Create the checkpoint store when it does not exist (a first start). Without
+        /// it a missing store is an error: a lost volume must not start over silently.
+        #[arg(long)]
+        init: bool,
     },
     /// Check server settings, privileges, outbox columns and Kafka; exit 1 on any problem.
     Validate,
@@ -79,12 +83,22 @@ enum Command {
         /// [default: outbox.columns.timestamp, else created_at].
         #[arg(long)]
         timestamp_column: Option<String>,
-        /// Seconds of slack before the checkpoint's commit time.
+        /// Seconds of slack before the checkpoint's commit time (clocks, time zones).
         #[arg(long, default_value_t = 600)]
         margin_secs: u64,
-        /// Re-publish rows written from this unix time on, instead of checkpoint − margin.
+        /// The longest your transactions stay open: a row's timestamp is its INSERT's
+        /// time, its COMMIT may come this much later.
+        #[arg(long, default_value_t = 3600)]
+        longest_transaction_secs: u64,
+        /// Re-publish rows written from this unix time on, instead of checkpoint − margins.
         #[arg(long)]
         since: Option<i64>,
+        /// Count the rows that would be re-published; send nothing, keep the checkpoint.
+        #[arg(long)]
+        dry_run: bool,
+        /// Move the checkpoint even when no row is in the window.
+        #[arg(long)]
+        allow_empty: bool,
     },
     /// Checkpoint, server position, lag, retention runway and a verdict; works whether the
     /// router runs or not. Exit 0 ok, 1 warning, 2 critical, 3 unknown.
@@ -131,6 +145,8 @@ enum CheckpointAction {
     },
     /// Store a position (FILE:OFFSET [gtid=D-S-N,...]); it must be a transaction boundary.
     Set { position: String },
+    /// Create an empty checkpoint store for a first start (`run` refuses a missing one).
+    Init,
     /// Remove the checkpoint; the next run starts at `source.start`.
     Reset {
         /// Confirm: events after the old position may be skipped or re-sent.
@@ -194,7 +210,13 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
     }
     let config = Config::load(&cli.config)?;
     match cli.command {
-        Command::Run { sink } => run(&config, sink).await,
+        Command::Run { sink, init } => {
+            if init && !CheckpointStore::exists(&config.checkpoint.dir) {
+                CheckpointStore::create(&config.checkpoint.dir)?;
+                info!(dir = %config.checkpoint.dir.display(), "run --init: created a new checkpoint store; this first run starts at source.start");
+            }
+            run(&config, sink).await
+        }
         Command::ImportDebezium { file } => import_debezium(&file),
         Command::Validate => validate(&config).await,
         Command::Status {
@@ -218,16 +240,29 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Recover {
             timestamp_column,
             margin_secs,
+            longest_transaction_secs,
             since,
+            dry_run,
+            allow_empty,
         } => {
             let opts = RecoverOptions {
                 timestamp_column: timestamp_column
                     .or_else(|| config.outbox.columns.timestamp.clone())
                     .unwrap_or_else(|| "created_at".into()),
                 margin: std::time::Duration::from_secs(margin_secs),
+                longest_transaction: std::time::Duration::from_secs(longest_transaction_secs),
                 since_secs: since,
+                dry_run,
+                allow_empty,
             };
             let report = recover(&config, &opts).await?;
+            if report.dry_run {
+                println!(
+                    "dry run: {} event(s) written since unix time {} would be re-published; the checkpoint would move to {}; nothing sent, nothing changed",
+                    report.events, report.since_secs, report.checkpoint
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
             println!(
                 "re-published {} event(s) written since unix time {} (original event ids kept)",
                 report.events, report.since_secs
@@ -248,10 +283,7 @@ async fn run(config: &Config, sink: SinkArg) -> Result<ExitCode> {
     let sink = match sink {
         SinkArg::Kafka => SinkKind::Kafka,
         SinkArg::Stdout => SinkKind::Stdout,
-        SinkArg::Null => {
-            tracing::warn!(checkpoint_dir = %config.checkpoint.dir.display(), "null sink: records are discarded and the checkpoint still advances; use a scratch checkpoint directory");
-            SinkKind::Null
-        }
+        SinkArg::Null => SinkKind::Null,
     };
     pipeline::run(config, sink, shutdown, Metrics::default()).await?;
     Ok(ExitCode::SUCCESS)
@@ -308,10 +340,8 @@ async fn status(config: &Config) -> Result<Status> {
             }
         }
     }
-    let store = CheckpointStore::open(&config.checkpoint.dir)
+    let checkpoint = CheckpointStore::peek(&config.checkpoint.dir)
         .context("the router's endpoint did not answer and its checkpoint store is not readable")?;
-    let checkpoint = store.load()?;
-    drop(store);
     let mut conn = source::connect(&config.source).await?;
     Ok(outbox_router::monitor::status::observe(&mut conn, checkpoint.as_ref(), false).await?)
 }
@@ -372,10 +402,13 @@ fn import_debezium(file: &std::path::Path) -> Result<ExitCode> {
 
 fn checkpoint(config: &Config, action: CheckpointAction) -> Result<ExitCode> {
     let dir = &config.checkpoint.dir;
-    let store = CheckpointStore::open(dir)?;
     match action {
-        CheckpointAction::Show { json } => match store.load()? {
+        CheckpointAction::Show { json } => match CheckpointStore::peek(dir)? {
             None if json => println!("null"),
+            None if !CheckpointStore::exists(dir) => println!(
+                "no checkpoint store in {} (a first start needs `checkpoint init` or `run --init`)",
+                dir.display()
+            ),
             None => println!(
                 "no checkpoint in {} (the next run starts at source.start)",
                 dir.display()
@@ -389,6 +422,7 @@ fn checkpoint(config: &Config, action: CheckpointAction) -> Result<ExitCode> {
         },
         CheckpointAction::Set { position } => {
             let position: Position = position.parse().context("checkpoint set")?;
+            let store = CheckpointStore::create(dir)?;
             let written_at_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis() as i64)
@@ -404,8 +438,22 @@ fn checkpoint(config: &Config, action: CheckpointAction) -> Result<ExitCode> {
             if !yes {
                 bail!("checkpoint reset forgets where the router stopped; repeat with --yes to confirm");
             }
-            store.reset()?;
+            CheckpointStore::open(dir)?.reset()?;
             println!("checkpoint removed from {}", dir.display());
+        }
+        CheckpointAction::Init => {
+            if CheckpointStore::exists(dir) {
+                println!(
+                    "checkpoint store {} already exists; nothing changed",
+                    dir.display()
+                );
+            } else {
+                CheckpointStore::create(dir)?;
+                println!(
+                    "checkpoint store created in {}; the first run starts at source.start",
+                    dir.display()
+                );
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

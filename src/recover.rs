@@ -31,8 +31,16 @@ pub struct RecoverOptions {
     pub timestamp_column: String,
     /// Seconds subtracted from the checkpoint's commit time, for clock and time zone slack.
     pub margin: Duration,
-    /// Explicit lower bound (unix seconds) instead of checkpoint time − margin.
+    /// The longest a transaction of the application stays open: a row's timestamp is
+    /// its INSERT's time, and its COMMIT (its place in the binlog) may come this much
+    /// later, so it is subtracted too.
+    pub longest_transaction: Duration,
+    /// Explicit lower bound (unix seconds) instead of checkpoint time − margins.
     pub since_secs: Option<i64>,
+    /// Count what would be re-published; send nothing, leave the checkpoint.
+    pub dry_run: bool,
+    /// Move the checkpoint even when no row is found in the window.
+    pub allow_empty: bool,
 }
 
 /// What recovery did.
@@ -40,8 +48,10 @@ pub struct RecoverOptions {
 pub struct RecoverReport {
     /// Rows re-published (unix seconds) from this time on.
     pub since_secs: i64,
-    /// Events re-published and acknowledged.
+    /// Events re-published and acknowledged (with `dry_run`: rows that would be).
     pub events: u64,
+    /// True when nothing was sent and the checkpoint was left as it was.
+    pub dry_run: bool,
     /// The new checkpoint.
     pub checkpoint: String,
 }
@@ -51,11 +61,14 @@ pub async fn recover(
     config: &Config,
     opts: &RecoverOptions,
 ) -> Result<RecoverReport, PipelineError> {
-    let store = CheckpointStore::open(&config.checkpoint.dir)?;
-    let old = store.load()?;
+    let old = CheckpointStore::peek(&config.checkpoint.dir)?;
     let since_secs = match (opts.since_secs, &old) {
         (Some(s), _) => s,
-        (None, Some(cp)) if cp.commit_time_ms > 0 => cp.commit_time_ms / 1000 - opts.margin.as_secs() as i64,
+        (None, Some(cp)) if cp.commit_time_ms > 0 => {
+            cp.commit_time_ms / 1000
+                - opts.margin.as_secs() as i64
+                - opts.longest_transaction.as_secs() as i64
+        }
         _ => {
             return Err(PipelineError::Config(
                 "the checkpoint has no commit time to recover from: pass --since UNIX_SECONDS (when the router last ran, minus a margin)".into(),
@@ -67,13 +80,27 @@ pub async fn recover(
     // Read before selecting rows: every commit before it is visible to the select.
     let resume_at = server::current_position(&mut conn, flavor).await?;
 
-    let sink = Sink::Kafka(KafkaSink::new(&config.kafka, Default::default())?);
+    let sink = if opts.dry_run {
+        Sink::Null
+    } else {
+        Sink::Kafka(KafkaSink::new(&config.kafka, Default::default())?)
+    };
     let since = Some((opts.timestamp_column.as_str(), since_secs));
     let events = republish(config, &mut conn, since, &resume_at, &sink).await?;
-    store.save(&Checkpoint::new(resume_at.clone(), now_ms()))?;
+    if events == 0 && !opts.dry_run && !opts.allow_empty {
+        return Err(PipelineError::Config(format!(
+            "no outbox row was written since unix time {since_secs} (column {}): moving the checkpoint to {resume_at} would pass over the purged binlog with nothing re-published.\n  Check --since / --timestamp-column (and --dry-run to see the counts); if the outbox really had no writes then, repeat with --allow-empty",
+            opts.timestamp_column
+        )));
+    }
+    if !opts.dry_run {
+        CheckpointStore::create(&config.checkpoint.dir)?
+            .save(&Checkpoint::new(resume_at.clone(), now_ms()))?;
+    }
     Ok(RecoverReport {
         since_secs,
         events,
+        dry_run: opts.dry_run,
         checkpoint: resume_at.to_string(),
     })
 }

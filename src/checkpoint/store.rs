@@ -28,6 +28,8 @@ pub enum CheckpointError {
     Read { dir: PathBuf, source: sled::Error },
     #[error("checkpoint in {dir} is unreadable: {source}; refusing to start from scratch — inspect it with `checkpoint show`, or `checkpoint set`/`reset` deliberately")]
     Corrupt { dir: PathBuf, source: RecordError },
+    #[error("no checkpoint store in {dir}: a first start must be explicit, so a lost store (an unmounted volume, a changed path) cannot silently start over and skip everything since its checkpoint.\n  First start: outbox-router -c CONFIG checkpoint init (or run --init)\n  Ran before? Point checkpoint.dir at the store it used")]
+    Missing { dir: PathBuf },
     #[error("cannot write checkpoint to {dir}: {source}")]
     Write { dir: PathBuf, source: sled::Error },
 }
@@ -40,8 +42,34 @@ pub struct CheckpointStore {
 }
 
 impl CheckpointStore {
-    /// Opens (or creates) the store in `dir`.
+    /// True when `dir` holds a store (sled writes its `conf` file on creation).
+    pub fn exists(dir: &Path) -> bool {
+        dir.join("conf").is_file()
+    }
+
+    /// Opens the existing store in `dir`; a missing one is an error, never a fresh start.
     pub fn open(dir: &Path) -> Result<Self, CheckpointError> {
+        if !Self::exists(dir) {
+            return Err(CheckpointError::Missing {
+                dir: dir.to_path_buf(),
+            });
+        }
+        Self::create(dir)
+    }
+
+    /// The checkpoint in `dir`, without creating a store there (`None` when there is
+    /// no store or no checkpoint).
+    pub fn peek(dir: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
+        if !Self::exists(dir) {
+            return Ok(None);
+        }
+        Self::open(dir)?.load()
+    }
+
+    /// Opens the store in `dir`, creating it when missing: only for explicit operator
+    /// acts (`checkpoint init`, `run --init`, `checkpoint set`, `recover`) and scratch
+    /// stores.
+    pub fn create(dir: &Path) -> Result<Self, CheckpointError> {
         let open = || {
             sled::Config::new()
                 .path(dir)
@@ -74,11 +102,7 @@ impl CheckpointStore {
     /// for dry runs; `dir` is read, never created or written. Returns the scratch
     /// directory, for the caller to remove.
     pub fn scratch_copy_of(dir: &Path) -> Result<(Self, PathBuf), CheckpointError> {
-        let current = if dir.exists() {
-            Self::open(dir)?.load()?
-        } else {
-            None
-        };
+        let current = Self::peek(dir)?;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
@@ -86,7 +110,7 @@ impl CheckpointStore {
             "outbox-router-dry-run-{}-{nanos}",
             std::process::id()
         ));
-        let store = Self::open(&scratch)?;
+        let store = Self::create(&scratch)?;
         if let Some(cp) = current {
             store.save(&cp)?;
         }
@@ -144,8 +168,12 @@ mod tests {
             commit_time_ms: 1,
             written_at_ms: 2,
         };
+        assert!(matches!(
+            CheckpointStore::open(dir.path()),
+            Err(CheckpointError::Missing { .. })
+        ));
         {
-            let s = CheckpointStore::open(dir.path()).unwrap();
+            let s = CheckpointStore::create(dir.path()).unwrap();
             assert_eq!(s.load().unwrap(), None);
             s.save(&cp).unwrap();
         }
@@ -158,7 +186,7 @@ mod tests {
     #[test]
     fn corrupt_record_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let s = CheckpointStore::open(dir.path()).unwrap();
+        let s = CheckpointStore::create(dir.path()).unwrap();
         s.db.insert(KEY, b"garbage-bytes".to_vec()).unwrap();
         assert!(matches!(s.load(), Err(CheckpointError::Corrupt { .. })));
     }

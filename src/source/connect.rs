@@ -48,6 +48,13 @@ pub enum SourceError {
     },
     #[error("rows of outbox table {table} in a transaction that ended in ROLLBACK at {position}: they never committed and are not published, but their transaction also changed non-transactional tables, which the outbox pattern cannot make atomic.\n  Keep the outbox and the business tables on InnoDB; after checking, move past it with `checkpoint set`")]
     RolledBack { table: String, position: String },
+    #[error("the server refused to stream from {position} (error {code}: {message}).\n  {fix}")]
+    Refused {
+        position: String,
+        code: u16,
+        message: String,
+        fix: &'static str,
+    },
     #[error("server answered unexpectedly: {0}")]
     Unexpected(String),
     #[error(transparent)]
@@ -68,6 +75,7 @@ impl SourceError {
             | SourceError::Unaccountable { .. }
             | SourceError::StatementLogged { .. }
             | SourceError::RolledBack { .. }
+            | SourceError::Refused { .. }
             | SourceError::Purged { .. }
             | SourceError::Unexpected(_)
             | SourceError::Config(_) => false,
@@ -75,13 +83,27 @@ impl SourceError {
     }
 
     pub(crate) fn stream(position: &Position, source: mysql_async::Error) -> Self {
-        // 1236: the server cannot send from this position or GTID state, because the
-        // history was purged (or never existed on this server).
+        // 1236: the server cannot send from this position or GTID state. Only a purge
+        // is answered by `recover`; the other causes need a different fix.
         if let mysql_async::Error::Server(e) = &source {
             if e.code == 1236 {
-                return SourceError::Purged {
-                    needed: position.to_string(),
-                    oldest: format!("unknown; the server says: {}", e.message),
+                let (position, code, message) = (position.to_string(), e.code, e.message.clone());
+                let fix = match refusal_1236(&e.message) {
+                    Refusal1236::Purged => {
+                        return SourceError::Purged {
+                            needed: position,
+                            oldest: format!("unknown; the server says: {message}"),
+                        }
+                    }
+                    Refusal1236::SameServerId => "another replica with this source.server_id is connected to the server: give every router and replica its own server_id",
+                    Refusal1236::UnknownGtid => "the server never had the transactions this checkpoint's GTID state names: it is another server, or a replica that has not received them. Point source.host at the server the checkpoint came from (or one of its replicas that has them); `recover` does not apply",
+                    Refusal1236::Other => "the position does not fit this server's binlog; check that source.host is the server the checkpoint came from",
+                };
+                return SourceError::Refused {
+                    position,
+                    code,
+                    message,
+                    fix,
                 };
             }
         }
@@ -93,6 +115,33 @@ impl SourceError {
 }
 
 /// Access denied and missing privileges do not fix themselves by retrying.
+/// What a replication error 1236 means, read from the server's message (MariaDB and
+/// MySQL share the code for all of them).
+#[derive(Debug, PartialEq, Eq)]
+enum Refusal1236 {
+    /// The binlog (file, or the GTIDs) needed was purged.
+    Purged,
+    /// Another replica uses the same server id (MySQL's wording).
+    SameServerId,
+    /// The GTID state names transactions the server never had.
+    UnknownGtid,
+    /// Anything else (e.g. a position past the end of the file).
+    Other,
+}
+
+fn refusal_1236(message: &str) -> Refusal1236 {
+    let m = message.to_ascii_lowercase();
+    if m.contains("purged") || m.contains("could not find first log file") {
+        Refusal1236::Purged
+    } else if m.contains("same server_uuid") || m.contains("same server_id") {
+        Refusal1236::SameServerId
+    } else if m.contains("gtid") {
+        Refusal1236::UnknownGtid
+    } else {
+        Refusal1236::Other
+    }
+}
+
 fn is_access_error(e: &mysql_async::Error) -> bool {
     // 1045 access denied, 1044 db access denied, 1227 missing privilege: all need an
     // operator.
@@ -137,5 +186,28 @@ fn ssl_opts(cfg: &SourceConfig) -> Option<SslOpts> {
         TlsMode::Required => Some(SslOpts::default().with_danger_accept_invalid_certs(true)),
         TlsMode::VerifyCa => Some(with_ca().with_danger_skip_domain_validation(true)),
         TlsMode::VerifyIdentity => Some(with_ca()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The servers' own messages for error 1236 (MariaDB 10.11 and MySQL 8 sources).
+    #[test]
+    fn tells_the_causes_of_1236_apart() {
+        use Refusal1236::*;
+        for (message, want) in [
+            ("Could not find first log file name in binary log index file", Purged),
+            ("Could not find GTID state requested by slave in any binlog files. Probably the slave state is too old and required binlog files have been purged.", Purged),
+            ("Cannot replicate because the master purged required binary logs. Replicate the missing transactions from elsewhere, or provision a new slave from backup.", Purged),
+            ("The slave is connecting using CHANGE MASTER TO MASTER_AUTO_POSITION = 1, but the master has purged binary logs containing GTIDs that the slave requires.", Purged),
+            ("Error: connecting slave requested to start from GTID 0-1-999999, which is not in the master's binlog", UnknownGtid),
+            ("Slave has more GTIDs than the master has, using the master's SERVER_UUID. This may indicate that the end of the binary log was truncated", UnknownGtid),
+            ("A slave with the same server_uuid/server_id as this slave has connected to the master; the first event 'mysql-bin.000003' at 154 was not found", SameServerId),
+            ("Client requested master to start replication from position > file size", Other),
+        ] {
+            assert_eq!(refusal_1236(message), want, "{message}");
+        }
     }
 }

@@ -282,8 +282,16 @@ impl BinlogReader {
                     "pre-GA rows events (MySQL 5.1.0-5.1.15) are not supported",
                 ));
             }
-            // Heartbeats, stop, intvar, rand, user var, previous GTIDs, rows query,
-            // incident and friends carry no rows.
+            // The server itself says changes may be missing from the binlog (MySQL's
+            // LOST_EVENTS): a replica stops here, and so does the router.
+            EventType::INCIDENT_EVENT => {
+                return Err(SourceError::Unaccountable {
+                    position: format!("{}:{}", self.at.file, event_end),
+                    reason: "INCIDENT event: the server reports that changes may be missing from the binlog here".into(),
+                })
+            }
+            // Heartbeats, stop, intvar, rand, user var, previous GTIDs, rows query and
+            // friends carry no rows.
             _ => {}
         }
         Ok(None)

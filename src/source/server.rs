@@ -288,3 +288,80 @@ pub async fn outbox_tables(
         .collect();
     Ok(out)
 }
+
+/// The server's binlog filters (`binlog_do_db`, `binlog_ignore_db`) as `SHOW MASTER
+/// STATUS` reports them.
+pub async fn binlog_filters(conn: &mut Conn) -> Result<BinlogFilters, SourceError> {
+    let rows: Vec<Row> = match conn.query("SHOW MASTER STATUS").await {
+        Ok(r) => r,
+        Err(_) => query(conn, "SHOW BINARY LOG STATUS").await?,
+    };
+    let list = |row: &Row, i: usize| -> Vec<String> {
+        row.get_opt::<Option<String>, _>(i)
+            .and_then(Result::ok)
+            .flatten()
+            .map(|t| {
+                t.split(',')
+                    .map(str::trim)
+                    .filter(|d| !d.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    Ok(rows
+        .first()
+        .map(|row| BinlogFilters {
+            do_db: list(row, 2),
+            ignore_db: list(row, 3),
+        })
+        .unwrap_or_default())
+}
+
+/// Databases the server writes to its binlog, or leaves out of it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct BinlogFilters {
+    /// `binlog_do_db`: when not empty, only these databases are logged.
+    pub do_db: Vec<String>,
+    /// `binlog_ignore_db`: these databases are not logged.
+    pub ignore_db: Vec<String>,
+}
+
+impl BinlogFilters {
+    /// Why changes to `database` never reach the binlog, if they do not.
+    pub fn excludes(&self, database: &str) -> Option<String> {
+        if self.ignore_db.iter().any(|d| d == database) {
+            Some(format!("binlog_ignore_db contains {database}"))
+        } else if !self.do_db.is_empty() && !self.do_db.iter().any(|d| d == database) {
+            Some(format!(
+                "binlog_do_db is {} and does not contain {database}",
+                self.do_db.join(",")
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod filter_tests {
+    use super::BinlogFilters;
+
+    #[test]
+    fn filters_that_hide_an_outbox_database() {
+        let none = BinlogFilters::default();
+        assert_eq!(none.excludes("shop"), None);
+        let ignore = BinlogFilters {
+            do_db: vec![],
+            ignore_db: vec!["shop".into()],
+        };
+        assert!(ignore.excludes("shop").is_some());
+        assert_eq!(ignore.excludes("billing"), None);
+        let only = BinlogFilters {
+            do_db: vec!["billing".into()],
+            ignore_db: vec![],
+        };
+        assert!(only.excludes("shop").unwrap().contains("binlog_do_db"));
+        assert_eq!(only.excludes("billing"), None);
+    }
+}

@@ -289,7 +289,7 @@ async fn config_errors_name_file_line_and_fix() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-router"))
         .arg("--config")
         .arg(setup.config_path())
-        .arg("run")
+        .args(["run", "--init"])
         .env_remove("IT_CDC_PASSWORD")
         .output()
         .unwrap();

@@ -253,3 +253,73 @@ async fn first_start_refused_while_xa_branches_are_prepared() {
     assert!(log.contains("XA transaction(s) are prepared"), "{log}");
     assert_eq!(setup.checkpoint(), None);
 }
+
+/// A store that is not where the config says (an unmounted volume, a changed path) is
+/// an error, not a fresh start at `source.start` that skips everything since.
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_checkpoint_store_is_not_a_fresh_start() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, setup) = fresh("lost_store").await;
+    let db = setup.db.clone();
+    let topics = vec![setup.topic("Order")];
+    let mut router = setup.start_router();
+    sql(&mut conn, &[insert_sql(&db, "before")]).await;
+    drain_and_stop(&mut router, &topics, 1);
+    let store = setup.dir.path().join("checkpoint");
+    let unmounted = setup.dir.path().join("elsewhere");
+    std::fs::rename(&store, &unmounted).unwrap();
+    std::fs::create_dir(&store).unwrap(); // an empty mount point
+    sql(&mut conn, &[insert_sql(&db, "while-lost")]).await;
+    let run = || {
+        std::process::Command::new(router_bin())
+            .arg("--config")
+            .arg(setup.config_path())
+            .arg("run")
+            .env("IT_CDC_PASSWORD", "cdc-secret")
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no checkpoint store in"), "{err}");
+    assert!(!store.join("conf").exists(), "a store was created");
+    // Mounted again: it resumes from its checkpoint and loses nothing.
+    std::fs::remove_dir(&store).unwrap();
+    std::fs::rename(&unmounted, &store).unwrap();
+    let mut router = setup.start_router();
+    drain_and_stop(&mut router, &topics, 2);
+    assert!(ids_in(&topics).contains_key("while-lost"));
+}
+
+/// Error 1236 for a GTID the server never had is not a purge: exit 1 with the fix, not
+/// exit 3 with `recover` (which would re-publish from the wrong server's tables).
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_gtid_is_not_called_a_purge() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, setup) = fresh("gtid_unknown").await;
+    let (file, offset) = binlog_position(&mut conn).await;
+    let gtid: String = conn
+        .query_first("SELECT @@global.gtid_binlog_pos")
+        .await
+        .unwrap()
+        .unwrap();
+    let domain = gtid.split('-').next().unwrap_or("0").to_string();
+    let set = setup.cli(&[
+        "checkpoint",
+        "set",
+        &format!("{file}:{offset} gtid={domain}-1-999999999"),
+    ]);
+    assert!(set.status.success(), "{set:?}");
+    let out = std::process::Command::new(router_bin())
+        .arg("--config")
+        .arg(setup.config_path())
+        .arg("run")
+        .env("IT_CDC_PASSWORD", "cdc-secret")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("never had the transactions"), "{err}");
+    assert!(!err.contains("outbox-router -c CONFIG recover"), "{err}");
+}

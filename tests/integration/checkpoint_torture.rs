@@ -22,7 +22,7 @@ fn torture_writer_child() {
     let Ok(dir) = std::env::var(DIR_VAR) else {
         return;
     };
-    let store = CheckpointStore::open(Path::new(&dir)).expect("store opens");
+    let store = CheckpointStore::create(Path::new(&dir)).expect("store opens");
     let start = store
         .load()
         .expect("store reads")

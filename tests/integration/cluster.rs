@@ -120,6 +120,16 @@ async fn leaders_move_under_new_producers() {
     write_stream(db.clone(), 0, 4, 50, 20).await;
     written += 4;
     wait_for_count_at(BOOTSTRAP, &topics, 200, Duration::from_secs(60));
+    // The router created its topics with the rule's replication factor.
+    let md = metadata_client()
+        .fetch_metadata(Some(&topics[0]), Duration::from_secs(5))
+        .unwrap();
+    let partitions = md.topics()[0].partitions();
+    assert_eq!(partitions.len(), 3);
+    assert!(
+        partitions.iter().all(|p| p.replicas().len() == 3),
+        "not RF=3"
+    );
     for cycle in 0..cycles() {
         let writer = tokio::spawn(write_stream(db.clone(), written, per_cycle, 50, 20));
         written += per_cycle;

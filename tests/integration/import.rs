@@ -69,7 +69,7 @@ async fn imported_debezium_config_runs_with_debezium_semantics() {
     )
     .unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-router"))
-        .args(["--config", "imported.toml", "run"])
+        .args(["--config", "imported.toml", "run", "--init"])
         .current_dir(dir)
         .env("OUTBOX_DB_PASSWORD", "cdc-secret")
         .stderr(std::fs::File::create(dir.join("imported.log")).unwrap())

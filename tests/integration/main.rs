@@ -10,6 +10,7 @@ mod cluster;
 mod crash;
 mod event_router;
 mod failover;
+mod fresh_broker;
 mod import;
 mod outage;
 mod rows;
@@ -554,6 +555,35 @@ async fn purged_binlog_is_refused_and_recovered_from_the_table() {
         setup.checkpoint().unwrap(),
         checkpoint,
         "a refused start must not move the checkpoint"
+    );
+
+    // A dry run counts and changes nothing; a window with no rows is refused.
+    let out = setup.cli(&["recover", "--timestamp-column", "created_at", "--dry-run"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("dry run: 300 event(s)"),
+        "{text}{out:?}"
+    );
+    assert_eq!(
+        setup.checkpoint().unwrap(),
+        checkpoint,
+        "the dry run moved the checkpoint"
+    );
+    let future = (std::time::SystemTime::now() + Duration::from_secs(86_400))
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .to_string();
+    let out = setup.cli(&["recover", "--since", &future]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--allow-empty"),
+        "{out:?}"
+    );
+    assert_eq!(
+        setup.checkpoint().unwrap(),
+        checkpoint,
+        "an empty recover moved the checkpoint"
     );
 
     let out = setup.cli(&["recover", "--timestamp-column", "created_at"]);

@@ -351,6 +351,13 @@ interval_secs = 1
 
     /// Starts the router with extra environment variables (e.g. FAILPOINTS).
     pub fn start_router_env(&self, env: &[(&str, &str)]) -> RouterProcess {
+        // A first start is explicit, as in production (older builds under IT_ROUTER_BIN
+        // created the store themselves).
+        let older_build = std::env::var_os("IT_ROUTER_BIN").is_some();
+        if !older_build && !self.dir.path().join("checkpoint").exists() {
+            let init = self.cli(&["checkpoint", "init"]);
+            assert!(init.status.success(), "checkpoint init: {init:?}");
+        }
         static RUNS: AtomicU32 = AtomicU32::new(0);
         let log = self.dir.path().join(format!(
             "router-{}.log",
