@@ -100,7 +100,7 @@ impl TopicCreator {
                 }
             }
         }
-        if !created.is_empty() {
+        if !created.is_empty() && !skip_leader_wait() {
             let admin = self.admin.clone();
             tokio::task::spawn_blocking(move || wait_for_leaders(&admin, &created))
                 .await
@@ -117,6 +117,13 @@ impl TopicCreator {
     }
 }
 
+/// Tests turn the wait off to reach the race it avoids (and prove the delivery check
+/// that stands behind it).
+fn skip_leader_wait() -> bool {
+    fail::fail_point!("sink.skip_leader_wait", |_| true);
+    false
+}
+
 /// How long a new topic's partition leaders may take to answer.
 const LEADER_WAIT: Duration = Duration::from_secs(30);
 
@@ -131,7 +138,8 @@ fn wait_for_leaders(
     topics: &[String],
 ) -> Result<(), SinkError> {
     let client = admin.inner();
-    let deadline = Instant::now() + LEADER_WAIT;
+    let started = Instant::now();
+    let deadline = started + LEADER_WAIT;
     let timeout = Duration::from_secs(5);
     for topic in topics {
         let mut last_error = String::new();
@@ -156,7 +164,11 @@ fn wait_for_leaders(
                     })
                 });
             match answered {
-                Ok(()) => break,
+                Ok(()) => {
+                    let waited_ms = started.elapsed().as_millis() as u64;
+                    tracing::info!(%topic, waited_ms, "new topic's leaders answer");
+                    break;
+                }
                 Err(e) if Instant::now() < deadline => {
                     last_error = e;
                     std::thread::sleep(Duration::from_millis(50));
