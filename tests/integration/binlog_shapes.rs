@@ -270,16 +270,7 @@ async fn missing_checkpoint_store_is_not_a_fresh_start() {
     std::fs::rename(&store, &unmounted).unwrap();
     std::fs::create_dir(&store).unwrap(); // an empty mount point
     sql(&mut conn, &[insert_sql(&db, "while-lost")]).await;
-    let run = || {
-        std::process::Command::new(router_bin())
-            .arg("--config")
-            .arg(setup.config_path())
-            .arg("run")
-            .env("IT_CDC_PASSWORD", "cdc-secret")
-            .output()
-            .unwrap()
-    };
-    let out = run();
+    let out = setup.cli(&["run"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("no checkpoint store in"), "{err}");
@@ -311,13 +302,7 @@ async fn unknown_gtid_is_not_called_a_purge() {
         &format!("{file}:{offset} gtid={domain}-1-999999999"),
     ]);
     assert!(set.status.success(), "{set:?}");
-    let out = std::process::Command::new(router_bin())
-        .arg("--config")
-        .arg(setup.config_path())
-        .arg("run")
-        .env("IT_CDC_PASSWORD", "cdc-secret")
-        .output()
-        .unwrap();
+    let out = setup.cli(&["run"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("never had the transactions"), "{err}");
