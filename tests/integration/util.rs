@@ -133,6 +133,17 @@ pub fn drain_and_stop_at(
         "only {seen} of {total} events arrived:\n{}",
         router.log()
     );
+    // Re-sent records count too: wait until `total` distinct event ids are there, or a
+    // stop while the router still catches up reads as a loss.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ids: std::collections::HashSet<String> =
+            read_all_at(bootstrap, topics).iter().map(Msg::id).collect();
+        if ids.len() >= total || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
     std::thread::sleep(Duration::from_secs(1));
     let status = router.stop(Duration::from_secs(30));
     let log = router.log();
