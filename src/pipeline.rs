@@ -337,24 +337,10 @@ async fn check_outbox_tables(
     metrics: &Metrics,
 ) -> Result<(), PipelineError> {
     let found = server::outbox_tables(conn, tables).await?;
-    let filters = server::binlog_filters(conn).await?;
-    let mut databases: Vec<&str> = found.found.iter().map(|t| t.database.as_str()).collect();
-    databases.extend(
-        tables
-            .iter()
-            .filter(|p| !p.is_wildcard())
-            .filter_map(|p| p.as_str().split('.').next()),
-    );
-    databases.sort_unstable();
-    databases.dedup();
-    let hidden: Vec<String> = databases
-        .iter()
-        .filter_map(|d| filters.excludes(d))
-        .collect();
-    if !hidden.is_empty() {
+    if !found.hidden_by_filters.is_empty() {
         return Err(PipelineError::Settings(format!(
             "outbox changes never reach the binlog: {}; remove the filter from the server's configuration (binlog_do_db / binlog_ignore_db) and restart it",
-            hidden.join("; ")
+            found.hidden_by_filters.join("; ")
         )));
     }
     metrics.set_unmatched_patterns(found.unmatched_patterns.len());

@@ -106,27 +106,16 @@ async fn check_server(conn: &mut mysql_async::Conn, config: &Config, out: &mut V
         Err(e) => out.push(Finding::fail("server_id", e.to_string(), "")),
     }
     check_grants(conn, out).await;
-    match server::binlog_filters(conn).await {
-        Ok(filters) => {
-            let hidden: Vec<String> = config
-                .outbox
-                .tables
-                .iter()
-                .filter_map(|t| filters.excludes(t.split('.').next().unwrap_or_default()))
-                .collect();
-            if hidden.is_empty() {
-                out.push(Finding::ok(
-                    "binlog filters",
-                    "no binlog filter hides an outbox database",
-                ));
-            } else {
-                out.push(Finding::fail(
-                    "binlog filters",
-                    hidden.join("; "),
-                    "remove binlog_do_db / binlog_ignore_db for the outbox databases and restart the server",
-                ));
-            }
-        }
+    match server::outbox_tables(conn, &config.table_patterns()).await {
+        Ok(tables) if tables.hidden_by_filters.is_empty() => out.push(Finding::ok(
+            "binlog filters",
+            "no binlog filter hides an outbox database",
+        )),
+        Ok(tables) => out.push(Finding::fail(
+            "binlog filters",
+            tables.hidden_by_filters.join("; "),
+            "remove binlog_do_db / binlog_ignore_db for the outbox databases and restart the server",
+        )),
         Err(e) => out.push(Finding::fail("binlog filters", e.to_string(), "")),
     }
     for name in &config.outbox.tables {

@@ -214,16 +214,21 @@ pub async fn ensure_available(conn: &mut Conn, position: &Position) -> Result<()
     }
 }
 
+/// Every base table on the server as (database, table), sorted.
+async fn base_tables(conn: &mut Conn) -> Result<Vec<(String, String)>, SourceError> {
+    query(
+        conn,
+        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY 1, 2",
+    )
+    .await
+}
+
 /// The tables on the server matching any of `patterns` (`db.table`, `*` and `?`).
 pub async fn matching_tables(
     conn: &mut Conn,
     patterns: &[crate::pattern::Pattern],
 ) -> Result<Vec<TableName>, SourceError> {
-    let all: Vec<(String, String)> = query(
-        conn,
-        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY 1, 2",
-    )
-    .await?;
+    let all = base_tables(conn).await?;
     Ok(all
         .into_iter()
         .filter(|(d, t)| patterns.iter().any(|p| p.matches(&format!("{d}.{t}"))))
@@ -248,6 +253,9 @@ pub struct OutboxTables {
     pub missing: Vec<(String, Vec<String>)>,
     /// Patterns that match no table yet.
     pub unmatched_patterns: Vec<String>,
+    /// Why changes to an outbox database never reach the binlog (`binlog_do_db` /
+    /// `binlog_ignore_db`), one line per database; empty when none is hidden.
+    pub hidden_by_filters: Vec<String>,
 }
 
 /// Checks `patterns` against the server's tables: exact names must exist as written.
@@ -255,11 +263,7 @@ pub async fn outbox_tables(
     conn: &mut Conn,
     patterns: &[crate::pattern::Pattern],
 ) -> Result<OutboxTables, SourceError> {
-    let all: Vec<(String, String)> = query(
-        conn,
-        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY 1, 2",
-    )
-    .await?;
+    let all = base_tables(conn).await?;
     let names: Vec<String> = all.iter().map(|(d, t)| format!("{d}.{t}")).collect();
     let mut out = OutboxTables::default();
     for p in patterns {
@@ -285,6 +289,20 @@ pub async fn outbox_tables(
         .into_iter()
         .filter(|(d, t)| patterns.iter().any(|p| p.matches(&format!("{d}.{t}"))))
         .map(|(database, table)| TableName { database, table })
+        .collect();
+    let mut databases: Vec<&str> = out.found.iter().map(|t| t.database.as_str()).collect();
+    databases.extend(
+        patterns
+            .iter()
+            .filter(|p| !p.is_wildcard())
+            .filter_map(|p| p.as_str().split('.').next()),
+    );
+    databases.sort_unstable();
+    databases.dedup();
+    let filters = binlog_filters(conn).await?;
+    out.hidden_by_filters = databases
+        .iter()
+        .filter_map(|d| filters.excludes(d))
         .collect();
     Ok(out)
 }
