@@ -308,3 +308,50 @@ async fn unknown_gtid_is_not_called_a_purge() {
     assert!(err.contains("never had the transactions"), "{err}");
     assert!(!err.contains("outbox-router -c CONFIG recover"), "{err}");
 }
+
+/// A prepared XA branch survives a MariaDB restart and is committed afterwards, in a new
+/// binlog file: the router (which reconnects meanwhile, from before the PREPARE) still
+/// publishes its rows; what it had delivered after the PREPARE may come again, same id.
+#[tokio::test(flavor = "multi_thread")]
+async fn xa_committed_after_a_server_restart_is_published() {
+    let _settings = SERVER_SETTINGS.write().await;
+    let (mut conn, setup) = fresh("xa_restart").await;
+    let db = setup.db.clone();
+    let topics = vec![setup.topic("Order")];
+    let xid = format!("'{db}-survivor'");
+    let mut router = setup.start_router();
+    // Past its first start (which refuses while branches are prepared).
+    wait_http_ok(setup.monitor_port, "/ready", Duration::from_secs(30)).await;
+    sql(
+        &mut conn,
+        &[
+            format!("XA START {xid}"),
+            insert_sql(&db, "prepared-before-restart"),
+            format!("XA END {xid}"),
+            format!("XA PREPARE {xid}"),
+        ],
+    )
+    .await;
+    drop(conn);
+    let mut other = app_conn().await;
+    sql(&mut other, &[insert_sql(&db, "before-restart")]).await;
+    wait_for_count(&topics, 1, Duration::from_secs(30));
+    drop(other);
+    services("down", "mariadb");
+    services("up", "mariadb");
+    let mut after = app_conn().await;
+    sql(
+        &mut after,
+        &[format!("XA COMMIT {xid}"), insert_sql(&db, "after-restart")],
+    )
+    .await;
+    let log = drain_and_stop(&mut router, &topics, 3);
+    let ids = ids_in(&topics);
+    for id in ["prepared-before-restart", "before-restart", "after-restart"] {
+        assert!(
+            ids.get(id).is_some_and(|n| *n >= 1),
+            "{id} missing: {ids:?}\n{log}"
+        );
+    }
+    println!("xa across a server restart: {ids:?}");
+}
