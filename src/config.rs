@@ -175,6 +175,10 @@ pub struct MonitorConfig {
     pub detect_hours: Option<f64>,
     /// Hours you need to repair it (retention budget in `status`).
     pub repair_hours: Option<f64>,
+    /// `/ready` answers 503 once undelivered records waited this many seconds without
+    /// any acknowledgement from Kafka.
+    #[serde(default = "default_ready_max_stall_secs")]
+    pub ready_max_stall_secs: u64,
 }
 
 impl Default for MonitorConfig {
@@ -225,6 +229,12 @@ fn default_lag_warn_secs() -> u64 {
 fn default_lag_critical_secs() -> u64 {
     1800
 }
+fn default_ready_max_stall_secs() -> u64 {
+    60
+}
+fn default_server_id_conflicts_max() -> u32 {
+    5
+}
 
 /// Connection to the source server.
 #[derive(Debug, Deserialize)]
@@ -253,6 +263,10 @@ pub struct SourceConfig {
     /// Seconds to wait for a connection.
     #[serde(default = "default_connect_timeout_secs")]
     pub connect_timeout_secs: u64,
+    /// Stop after this many times another replica with the same `server_id` took the
+    /// stream within ten minutes (each one is a warning; they would flap forever).
+    #[serde(default = "default_server_id_conflicts_max")]
+    pub server_id_conflicts_max: u32,
     /// TLS to the server: `disabled`, `required` (encrypted, certificate not checked),
     /// `verify_ca` (signed by `tls_ca_file`) or `verify_identity` (also matches `host`).
     #[serde(default)]

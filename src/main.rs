@@ -340,10 +340,25 @@ async fn status(config: &Config) -> Result<Status> {
             }
         }
     }
-    let checkpoint = CheckpointStore::peek(&config.checkpoint.dir)
+    let dir = &config.checkpoint.dir;
+    if !CheckpointStore::exists(dir) {
+        bail!("{}", no_store_at(dir));
+    }
+    let checkpoint = CheckpointStore::peek(dir)
         .context("the router's endpoint did not answer and its checkpoint store is not readable")?;
     let mut conn = source::connect(&config.source).await?;
-    Ok(outbox_router::monitor::status::observe(&mut conn, checkpoint.as_ref(), false).await?)
+    Ok(
+        outbox_router::monitor::status::observe(&mut conn, checkpoint.as_ref(), false, None)
+            .await?,
+    )
+}
+
+/// The plain answer of a read-only command pointed at a directory without a store.
+fn no_store_at(dir: &std::path::Path) -> String {
+    format!(
+        "no checkpoint at {}: there is no checkpoint store in that directory (is checkpoint.dir right? a first start creates one with `checkpoint init` or `run --init`)",
+        dir.display()
+    )
 }
 
 fn print_status(st: &Status, json: bool) -> Result<()> {
@@ -360,10 +375,11 @@ fn print_status(st: &Status, json: bool) -> Result<()> {
         "  bytes behind:    {}",
         opt(st.bytes_behind.map(|b| b.to_string()))
     );
-    println!(
-        "  lag:             {}",
-        opt(st.lag_ms.map(|l| format!("{:.1} s", l as f64 / 1000.0)))
+    let lag = st.lag_ms.map_or_else(
+        || "unknown (no commit time yet)".to_string(),
+        |l| format!("{:.1} s", l as f64 / 1000.0),
     );
+    println!("  lag:             {lag}");
     let retention = match st.retention_secs {
         Some(r) => format!("{r} s ({:.1} h)", r as f64 / 3600.0),
         None => "none (binlogs never expire)".into(),
@@ -372,9 +388,24 @@ fn print_status(st: &Status, json: bool) -> Result<()> {
     let runway = match (st.purged, st.runway_secs) {
         (true, _) => "0 (purged)".to_string(),
         (false, Some(r)) => format!("{r} s ({:.1} h)", r as f64 / 3600.0),
+        (false, None) if st.runway_unknown => {
+            "unknown until the first transaction is acknowledged (the start position has no commit time)".into()
+        }
         (false, None) => "unbounded".into(),
     };
     println!("  runway:          {runway}");
+    if let Some(live) = &st.live {
+        println!("  reader:          {}", opt(live.reader_position.clone()));
+        println!(
+            "  in flight:       {} record(s), {:.0} s without a delivery",
+            live.in_flight_records, live.delivery_stall_secs
+        );
+        let ready = match &live.not_ready_reason {
+            None => "yes".to_string(),
+            Some(why) => format!("no: {why}"),
+        };
+        println!("  ready:           {ready}");
+    }
     if let Some(b) = &st.budget {
         println!("  budget:          {b}");
     }
@@ -403,12 +434,11 @@ fn import_debezium(file: &std::path::Path) -> Result<ExitCode> {
 fn checkpoint(config: &Config, action: CheckpointAction) -> Result<ExitCode> {
     let dir = &config.checkpoint.dir;
     match action {
+        CheckpointAction::Show { .. } if !CheckpointStore::exists(dir) => {
+            bail!("{}", no_store_at(dir))
+        }
         CheckpointAction::Show { json } => match CheckpointStore::peek(dir)? {
             None if json => println!("null"),
-            None if !CheckpointStore::exists(dir) => println!(
-                "no checkpoint store in {} (a first start needs `checkpoint init` or `run --init`)",
-                dir.display()
-            ),
             None => println!(
                 "no checkpoint in {} (the next run starts at source.start)",
                 dir.display()

@@ -19,7 +19,7 @@ use tracing::{error, info, warn};
 
 use crate::checkpoint::{Checkpoint, CheckpointError, CheckpointStore};
 use crate::config::{Config, ResumeBy, SnapshotMode, StartFrom, ValueFormat};
-use crate::monitor::Metrics;
+use crate::monitor::{Metrics, RestartReason};
 use crate::outbox::{InvalidEvent, Mapper, OnInvalid};
 use crate::route::{AvroError, AvroValues, Batch, RegistryError, Router};
 use crate::sink::{KafkaSink, Sink, SinkError, StdoutSink};
@@ -59,6 +59,12 @@ pub enum PipelineError {
     Settings(String),
     #[error("{0}")]
     Config(String),
+    #[error("another replica with source.server_id = {server_id} took the binlog stream {times} times within {window_mins} minutes: two routers (or a router and a replica) share the id; give each its own source.server_id and restart")]
+    ServerIdConflicts {
+        server_id: u32,
+        times: usize,
+        window_mins: u64,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -79,6 +85,20 @@ impl PipelineError {
     /// True when the needed binlog is gone from the server (exit code 3).
     pub fn is_purged(&self) -> bool {
         matches!(self, PipelineError::Source(SourceError::Purged { .. }))
+    }
+
+    /// Why a transient error restarts the pipeline, for `restarts_total{reason}`.
+    pub fn restart_reason(&self) -> RestartReason {
+        match self {
+            PipelineError::Source(SourceError::ServerIdConflict { .. }) => {
+                RestartReason::ServerIdConflict
+            }
+            PipelineError::Sink(SinkError::Unproven { .. }) => RestartReason::UnprovenDelivery,
+            PipelineError::Sink(SinkError::CreateTopic { .. }) => RestartReason::Topic,
+            PipelineError::Sink(_) => RestartReason::Delivery,
+            PipelineError::Avro(_) => RestartReason::Registry,
+            _ => RestartReason::Source,
+        }
     }
 
     /// True when restarting from the checkpoint may succeed.
@@ -112,6 +132,10 @@ pub async fn run(
     };
     if let Some(cp) = store.load()? {
         metrics.set_checkpoint(&cp);
+    }
+    metrics.set_ready_max_stall(Duration::from_secs(config.monitor.ready_max_stall_secs));
+    if config.outbox.on_invalid == OnInvalid::DeadLetter {
+        metrics.expect_dead_letters(&config.outbox.dead_letter_topic);
     }
     // Not a child of `shutdown`: the endpoints answer until the pipeline has drained.
     let monitor_stop = CancellationToken::new();
@@ -158,10 +182,12 @@ async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         shutdown, metrics, ..
     } = *ctx;
     let mut delay = Duration::from_millis(500);
+    let mut conflicts = ConflictWindow::default();
     loop {
         let started = Instant::now();
         let result = run_once(ctx).await;
         metrics.set_connected(false);
+        metrics.progress().restarted();
         let snapshot = metrics.snapshot();
         match result {
             Ok(()) => {
@@ -172,8 +198,24 @@ async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
                 if started.elapsed() > Duration::from_secs(60) {
                     delay = Duration::from_millis(500);
                 }
-                metrics.restart();
-                warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "pipeline stopped by a transient error; resuming from the last checkpoint");
+                let reason = e.restart_reason();
+                if reason == RestartReason::ServerIdConflict {
+                    metrics.server_id_conflict();
+                    let times = conflicts.record();
+                    let max = ctx.config.source.server_id_conflicts_max.max(1) as usize;
+                    let server_id = ctx.config.source.server_id;
+                    if times >= max {
+                        error!(?snapshot, server_id, times, "stopped: the binlog stream keeps being taken by another replica with this server id");
+                        return Err(PipelineError::ServerIdConflicts {
+                            server_id,
+                            times,
+                            window_mins: CONFLICT_WINDOW.as_secs() / 60,
+                        });
+                    }
+                    warn!(error = %e, server_id, times, stop_at = max, "another replica with this source.server_id is connected to the server (a second router or a copied config?); give each its own server_id");
+                }
+                metrics.restart(reason);
+                warn!(error = %e, reason = reason.as_str(), retry_in_ms = delay.as_millis() as u64, "pipeline stopped by a transient error; resuming from the last checkpoint");
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
                     _ = shutdown.cancelled() => return Ok(()),
@@ -185,6 +227,29 @@ async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
                 return Err(with_oldest_binlog(ctx.config, e).await);
             }
         }
+    }
+}
+
+/// How far back server-id conflicts count towards `source.server_id_conflicts_max`.
+const CONFLICT_WINDOW: Duration = Duration::from_secs(600);
+
+/// Recent times another replica with our server id took the stream.
+#[derive(Default)]
+struct ConflictWindow(std::collections::VecDeque<Instant>);
+
+impl ConflictWindow {
+    /// Records one now; returns how many fall in the window.
+    fn record(&mut self) -> usize {
+        let now = Instant::now();
+        self.0.push_back(now);
+        while self
+            .0
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > CONFLICT_WINDOW)
+        {
+            self.0.pop_front();
+        }
+        self.0.len()
     }
 }
 
@@ -224,13 +289,23 @@ async fn start_position(
             )));
         }
     }
-    let position = match (&config.source.snapshot, &config.source.start) {
-        (SnapshotMode::Initial, _) => crate::recover::initial_snapshot(config, sink).await?,
-        (SnapshotMode::Never, StartFrom::Latest) => server::current_position(conn, flavor).await?,
-        (SnapshotMode::Never, StartFrom::Earliest) => server::earliest_position(conn).await?,
-        (SnapshotMode::Never, StartFrom::At(p)) => p.clone(),
+    // The server's clock just before the position is taken: every transaction after the
+    // position commits later, and its file is written (rotated) later, so lag and
+    // retention runway computed from it are never understated. A given or earliest
+    // position has no known time (0) until its first transaction is acknowledged.
+    let taken_at = server::now_ms(conn).await?;
+    let (position, commit_time_ms) = match (&config.source.snapshot, &config.source.start) {
+        (SnapshotMode::Initial, _) => (
+            crate::recover::initial_snapshot(config, sink).await?,
+            taken_at,
+        ),
+        (SnapshotMode::Never, StartFrom::Latest) => {
+            (server::current_position(conn, flavor).await?, taken_at)
+        }
+        (SnapshotMode::Never, StartFrom::Earliest) => (server::earliest_position(conn).await?, 0),
+        (SnapshotMode::Never, StartFrom::At(p)) => (p.clone(), 0),
     };
-    let checkpoint = Checkpoint::new(position.clone(), 0);
+    let checkpoint = Checkpoint::new(position.clone(), commit_time_ms);
     store.save(&checkpoint)?;
     info!(%position, start = ?config.source.start, snapshot = ?config.source.snapshot, "no checkpoint yet: starting here and recorded it");
     Ok(checkpoint)
@@ -254,15 +329,13 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let tables = config.table_patterns();
     check_outbox_tables(&mut conn, &tables, metrics).await?;
     let sink = match sink_kind {
-        SinkKind::Kafka => Sink::Kafka(KafkaSink::new(
-            &config.kafka,
-            metrics.deliveries_unproven(),
-        )?),
+        SinkKind::Kafka => Sink::Kafka(KafkaSink::new(&config.kafka, metrics)?),
         SinkKind::Stdout => Sink::Stdout(StdoutSink),
         SinkKind::Null => Sink::Null,
     };
     let start = start_position(config, store, &mut conn, flavor, &sink).await?;
     metrics.set_checkpoint(&start);
+    let start_commit_ms = start.commit_time_ms;
     let start = start.position;
     let by_gtid = match config.source.resume_by {
         ResumeBy::Position => false,
@@ -314,7 +387,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
 
     let acker = Acker::new(
         store,
-        start,
+        (start, start_commit_ms),
         Duration::from_millis(config.checkpoint.flush_interval_ms),
         metrics,
     );
@@ -406,15 +479,26 @@ async fn read_loop(
             _ = stop.cancelled() => return Ok(()),
             txn = reader.next_transaction() => txn?,
         };
-        metrics.transaction();
         let mut batch = router.route(mapper.map(txn)?)?;
         if !batch.invalid.is_empty() {
             policy.apply(&router, &metrics, &mut batch)?;
         }
+        metrics.read(&batch.end, batch.commit_time_ms, batch.records.len());
         crash_point!("read.before_send");
-        if tx.send(batch).await.is_err() {
-            return Ok(()); // the acker stopped; it says why
-        }
+        let permit = match tx.try_reserve() {
+            Ok(permit) => permit,
+            Err(mpsc::error::TrySendError::Full(())) => {
+                let blocked = Instant::now();
+                let permit = tx.reserve().await;
+                metrics.reader_blocked(blocked.elapsed().as_secs_f64());
+                match permit {
+                    Ok(permit) => permit,
+                    Err(_) => return Ok(()), // the acker stopped; it says why
+                }
+            }
+            Err(mpsc::error::TrySendError::Closed(())) => return Ok(()),
+        };
+        permit.send(batch);
     }
 }
 
@@ -448,6 +532,7 @@ impl InvalidPolicy {
                 OnInvalid::Fail => return Err(PipelineError::Invalid(bad)),
                 OnInvalid::DeadLetter => {
                     warn!(error = %bad, topic = %self.dead_letter_topic, policy, "invalid outbox row sent to the dead-letter topic");
+                    metrics.dead_letter(&self.dead_letter_topic);
                     batch.records.push(router.dead_letter(
                         &self.dead_letter_topic,
                         &bad,
@@ -478,14 +563,14 @@ type Completed = (Position, i64, usize, Instant, Result<usize, SinkError>);
 impl<'a> Acker<'a> {
     fn new(
         store: &CheckpointStore,
-        start: Position,
+        (start, start_commit_ms): (Position, i64),
         interval: Duration,
         metrics: &'a Metrics,
     ) -> Self {
         Self {
             metrics,
             watermark: start,
-            watermark_commit_ms: 0,
+            watermark_commit_ms: start_commit_ms,
             unpublished: false,
             writer: CheckpointWriter::start(store.clone(), interval, metrics.clone()),
         }
@@ -511,7 +596,6 @@ impl<'a> Acker<'a> {
                 biased;
                 Some(done) = in_flight.next(), if !in_flight.is_empty() => {
                     in_flight_records -= done.2;
-                    self.metrics.set_in_flight(in_flight_records);
                     if let Err(e) = self.complete(done) {
                         failure = Some(e);
                         break;
@@ -531,7 +615,6 @@ impl<'a> Acker<'a> {
                     self.metrics.routed_to_sent((sent_at - routed_at).as_secs_f64());
                     count_routed(self.metrics, &records_topics);
                     in_flight_records += n;
-                    self.metrics.set_in_flight(in_flight_records);
                     in_flight.push_back(Box::pin(async move { (end, commit, n, sent_at, delivery.await) }));
                 }
                 _ = tick.tick() => {
@@ -578,6 +661,7 @@ impl<'a> Acker<'a> {
         (end, commit_ms, _, sent_at, result): Completed,
     ) -> Result<(), PipelineError> {
         let n = result?;
+        self.metrics.progress().acknowledged();
         self.metrics.sent_to_acked(sent_at.elapsed().as_secs_f64());
         self.metrics.acked(n as u64);
         self.watermark = end;

@@ -83,7 +83,10 @@ pub async fn recover(
     let sink = if opts.dry_run {
         Sink::Null
     } else {
-        Sink::Kafka(KafkaSink::new(&config.kafka, Default::default())?)
+        Sink::Kafka(KafkaSink::new(
+            &config.kafka,
+            &crate::monitor::Metrics::default(),
+        )?)
     };
     let since = Some((opts.timestamp_column.as_str(), since_secs));
     let events = republish(config, &mut conn, since, &resume_at, &sink).await?;

@@ -32,6 +32,26 @@ pub enum CheckpointError {
     Missing { dir: PathBuf },
     #[error("cannot write checkpoint to {dir}: {source}")]
     Write { dir: PathBuf, source: sled::Error },
+    #[error("cannot copy checkpoint store {dir} to read it: {source}")]
+    Copy {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Copies a store's files (sled keeps a few files and a `blobs` folder).
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
 }
 
 /// Durable storage of one checkpoint.
@@ -57,13 +77,38 @@ impl CheckpointStore {
         Self::create(dir)
     }
 
-    /// The checkpoint in `dir`, without creating a store there (`None` when there is
-    /// no store or no checkpoint).
+    /// The checkpoint in `dir`, read from a copy of the store: nothing is created or
+    /// written there, and a running router's lock does not stand in the way (`None`
+    /// when there is no store or no checkpoint).
     pub fn peek(dir: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
         if !Self::exists(dir) {
             return Ok(None);
         }
-        Self::open(dir)?.load()
+        // A copy taken while the router writes can catch a write half done; the next
+        // copy sees it whole.
+        match Self::read_copy(dir) {
+            Err(CheckpointError::Corrupt { .. }) => Self::read_copy(dir),
+            other => other,
+        }
+    }
+
+    fn read_copy(dir: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
+        let copy_failed = |source: std::io::Error| CheckpointError::Copy {
+            dir: dir.to_path_buf(),
+            source,
+        };
+        let scratch = tempfile::tempdir().map_err(copy_failed)?;
+        copy_dir(dir, scratch.path()).map_err(copy_failed)?;
+        let copy = Self::create(scratch.path())?;
+        let loaded = copy.load();
+        drop(copy);
+        loaded.map_err(|e| match e {
+            CheckpointError::Corrupt { source, .. } => CheckpointError::Corrupt {
+                dir: dir.to_path_buf(),
+                source,
+            },
+            other => other,
+        })
     }
 
     /// Opens the store in `dir`, creating it when missing: only for explicit operator
@@ -181,6 +226,23 @@ mod tests {
         assert_eq!(s.load().unwrap(), Some(cp));
         s.reset().unwrap();
         assert_eq!(s.load().unwrap(), None);
+    }
+
+    #[test]
+    fn peek_reads_a_store_in_use_and_creates_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let nowhere = dir.path().join("wrong");
+        assert_eq!(CheckpointStore::peek(&nowhere).unwrap(), None);
+        assert!(!nowhere.exists(), "peek created {}", nowhere.display());
+        let live = CheckpointStore::create(dir.path()).unwrap();
+        let cp = Checkpoint {
+            position: "mysql-bin.000001:500".parse().unwrap(),
+            commit_time_ms: 1,
+            written_at_ms: 2,
+        };
+        live.save(&cp).unwrap();
+        // `live` still holds the lock, as a running router does.
+        assert_eq!(CheckpointStore::peek(dir.path()).unwrap(), Some(cp));
     }
 
     #[test]

@@ -45,21 +45,29 @@ async fn metrics_text(State(m): State<Metrics>) -> impl IntoResponse {
     )
 }
 
-/// Alive: the process answers. The body carries the last verdict for humans.
+/// Liveness: the process answers (a Kubernetes liveness probe; restarting the router
+/// does not bring back a broker). The body carries the verdict and readiness for humans.
 async fn health(State(m): State<Metrics>) -> impl IntoResponse {
     let verdict = m.status().map(|s| s.verdict);
-    Json(serde_json::json!({ "alive": true, "verdict": verdict, "connected": m.is_connected() }))
+    let live = m.live();
+    Json(serde_json::json!({
+        "alive": true,
+        "verdict": verdict,
+        "connected": m.is_connected(),
+        "ready": live.ready,
+        "not_ready_reason": live.not_ready_reason,
+    }))
 }
 
-/// Ready: streaming from the binlog.
+/// Readiness: streaming from the binlog *and* delivering: 503 once undelivered records
+/// waited `monitor.ready_max_stall_secs` without an acknowledgement.
 async fn ready(State(m): State<Metrics>) -> impl IntoResponse {
-    if m.is_connected() {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (
+    match m.readiness() {
+        Ok(()) => (StatusCode::OK, "ready\n".to_string()),
+        Err(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            "not connected to the binlog\n",
-        )
+            format!("not ready: {why}\n"),
+        ),
     }
 }
 

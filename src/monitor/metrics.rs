@@ -1,7 +1,8 @@
 //! Process-wide metrics in a Prometheus registry; clones update the same values.
 
-use std::sync::atomic::AtomicI64;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -10,12 +11,58 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use super::Status;
-use crate::checkpoint::Checkpoint;
-use crate::source::RowOp;
+use prometheus_client::metrics::gauge::Gauge as FloatGaugeBase;
+
+use super::status::Live;
+use super::{Progress, Status};
+use crate::checkpoint::{now_ms, Checkpoint};
+use crate::source::{Position, RowOp};
 
 type Labels = Vec<(&'static str, String)>;
 type IntGauge = Gauge<i64, AtomicI64>;
+type FloatGauge = FloatGaugeBase<f64, AtomicU64>;
+type FloatCounter = Counter<f64, AtomicU64>;
+
+/// Why the pipeline restarted, as the `reason` label of `restarts_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartReason {
+    /// The binlog connection or a query failed.
+    Source,
+    /// Another replica with the same server id took the binlog stream.
+    ServerIdConflict,
+    /// Kafka did not acknowledge (or the producer failed).
+    Delivery,
+    /// A delivery report claimed success without an offset.
+    UnprovenDelivery,
+    /// Topic creation or its leader wait failed.
+    Topic,
+    /// The schema registry failed.
+    Registry,
+}
+
+impl RestartReason {
+    /// Every reason, so each series exists (at 0) from the start.
+    pub const ALL: [RestartReason; 6] = [
+        RestartReason::Source,
+        RestartReason::ServerIdConflict,
+        RestartReason::Delivery,
+        RestartReason::UnprovenDelivery,
+        RestartReason::Topic,
+        RestartReason::Registry,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartReason::Source => "source",
+            RestartReason::ServerIdConflict => "server_id_conflict",
+            RestartReason::Delivery => "delivery",
+            RestartReason::UnprovenDelivery => "unproven_delivery",
+            RestartReason::Topic => "topic",
+            RestartReason::Registry => "registry",
+        }
+    }
+}
 
 struct Inner {
     registry: Registry,
@@ -26,8 +73,22 @@ struct Inner {
     events_ignored: Family<Labels, Counter>,
     events_invalid: Family<Labels, Counter>,
     checkpoint_writes: Counter,
-    restarts: Counter,
+    restarts: Family<Labels, Counter>,
+    restarts_total: AtomicU64,
+    server_id_conflicts: Counter,
+    delivery_errors: Family<Labels, Counter>,
+    dead_letters: Family<Labels, Counter>,
     in_flight: IntGauge,
+    delivery_stall_seconds: FloatGauge,
+    ready: IntGauge,
+    reader_file_index: IntGauge,
+    reader_offset: IntGauge,
+    reader_blocked_seconds: FloatCounter,
+    transaction_records: Histogram,
+    producer_queue_messages: IntGauge,
+    producer_queue_bytes: IntGauge,
+    broker_rtt_seconds: Family<Labels, FloatGauge>,
+    broker_up: Family<Labels, IntGauge>,
     connected: IntGauge,
     unmatched_patterns: IntGauge,
     lag_ms: IntGauge,
@@ -39,6 +100,9 @@ struct Inner {
     retention_seconds: IntGauge,
     routed_to_sent: Histogram,
     sent_to_acked: Histogram,
+    progress: Progress,
+    /// `/ready` fails once undelivered records waited this long without a delivery.
+    ready_max_stall_ms: AtomicU64,
     state: Mutex<State>,
 }
 
@@ -47,6 +111,8 @@ struct Inner {
 struct State {
     checkpoint: Option<Checkpoint>,
     status: Option<Status>,
+    /// End of the last transaction the reader routed.
+    reader: Option<Position>,
 }
 
 /// Shared metrics handle.
@@ -71,8 +137,22 @@ impl Default for Metrics {
             events_ignored: reg!("events_ignored", "Outbox rows ignored, by reason (update, delete)", Family::default()),
             events_invalid: reg!("events_invalid", "Outbox rows that could not be records, by policy (fail, dead-letter, skip)", Family::default()),
             checkpoint_writes: reg!("checkpoint_writes", "Durable checkpoint writes", Counter::default()),
-            restarts: reg!("restarts", "Pipeline restarts after transient errors", Counter::default()),
-            in_flight: reg!("in_flight_records", "Records sent but not yet acknowledged", IntGauge::default()),
+            restarts: reg!("restarts", "Pipeline restarts after transient errors, by reason", Family::default()),
+            restarts_total: AtomicU64::new(0),
+            server_id_conflicts: reg!("server_id_conflicts", "Times another replica with this source.server_id took the binlog stream (MariaDB 4052, MySQL 1236)", Counter::default()),
+            delivery_errors: reg!("delivery_errors", "Records Kafka did not acknowledge, by librdkafka error code (no_offset: success reported without an offset)", Family::default()),
+            dead_letters: reg!("dead_letters", "Invalid rows sent to a dead-letter topic, by topic", Family::default()),
+            in_flight: reg!("in_flight_records", "Records read from the binlog and not yet acknowledged by Kafka, wherever they wait inside the router", IntGauge::default()),
+            delivery_stall_seconds: reg!("delivery_stall_seconds", "How long undelivered records have waited without any acknowledgement (0: nothing waits)", FloatGauge::default()),
+            ready: reg!("ready", "1 while /ready answers 200: streaming and delivering", IntGauge::default()),
+            reader_file_index: reg!("reader_file_index", "Numeric suffix of the binlog file the reader has routed up to", IntGauge::default()),
+            reader_offset: reg!("reader_offset", "Offset in that file just past the last transaction routed", IntGauge::default()),
+            reader_blocked_seconds: reg!("reader_blocked_seconds", "Time the reader waited because the pipeline was full (backpressure from Kafka)", FloatCounter::default()),
+            transaction_records: reg!("transaction_records", "Records per transaction that had outbox rows", Histogram::new(exponential_buckets(1.0, 4.0, 12))),
+            producer_queue_messages: reg!("kafka_producer_queue_messages", "Messages in librdkafka's producer queues (statistics.interval.ms)", IntGauge::default()),
+            producer_queue_bytes: reg!("kafka_producer_queue_bytes", "Bytes in librdkafka's producer queues (statistics.interval.ms)", IntGauge::default()),
+            broker_rtt_seconds: reg!("kafka_broker_rtt_seconds", "Broker round-trip time from librdkafka's statistics, by broker and quantile (avg, p99)", Family::default()),
+            broker_up: reg!("kafka_broker_up", "1 while librdkafka's connection to the broker is UP", Family::default()),
             connected: reg!("connected", "1 while the binlog stream is connected", IntGauge::default()),
             unmatched_patterns: reg!("outbox_patterns_unmatched", "outbox.tables patterns that match no table on the server", IntGauge::default()),
             lag_ms: reg!("lag_milliseconds", "Now minus the commit time of the last acknowledged transaction, 0 when caught up", IntGauge::default()),
@@ -84,9 +164,50 @@ impl Default for Metrics {
             retention_seconds: reg!("binlog_retention_seconds", "The server's binlog retention (0: none)", IntGauge::default()),
             routed_to_sent: reg!("routed_to_sent_seconds", "Per transaction: routed until its records are handed to the producer (queueing in the router)", Histogram::new(exponential_buckets(0.0001, 2.0, 18))),
             sent_to_acked: reg!("sent_to_acked_seconds", "Per transaction: handed to the producer until Kafka acknowledged all its records", Histogram::new(exponential_buckets(0.0001, 2.0, 18))),
+            progress: Progress::default(),
+            ready_max_stall_ms: AtomicU64::new(60_000),
             registry,
             state: Mutex::new(State::default()),
         };
+        let build_info = Family::<Labels, IntGauge>::default();
+        build_info
+            .get_or_create(&vec![
+                ("version", env!("CARGO_PKG_VERSION").to_string()),
+                ("librdkafka", rdkafka::util::get_rdkafka_version().1),
+            ])
+            .set(1);
+        // Series that exist from the start, at 0: `rate()` and alerts see the first
+        // increase, and a scrape shows every documented metric.
+        let label = |k: &'static str, v: &str| vec![(k, v.to_string())];
+        for reason in RestartReason::ALL {
+            inner
+                .restarts
+                .get_or_create(&label("reason", reason.as_str()))
+                .inc_by(0);
+        }
+        for reason in ["update", "delete"] {
+            inner
+                .events_ignored
+                .get_or_create(&label("reason", reason))
+                .inc_by(0);
+        }
+        for policy in ["fail", "dead-letter", "skip"] {
+            inner
+                .events_invalid
+                .get_or_create(&label("policy", policy))
+                .inc_by(0);
+        }
+        // The outage code: records that waited message.timeout.ms for a broker.
+        inner
+            .delivery_errors
+            .get_or_create(&label("code", "MessageTimedOut"))
+            .inc_by(0);
+        let mut inner = inner;
+        inner.registry.register(
+            "build_info",
+            "Always 1; the labels say which build runs",
+            build_info,
+        );
         Self(Arc::new(inner))
     }
 }
@@ -118,10 +239,6 @@ impl Metrics {
     /// Times a transaction from the producer's hands to Kafka's acknowledgement.
     pub fn sent_to_acked(&self, secs: f64) {
         self.0.sent_to_acked.observe(secs);
-    }
-    /// Counts a committed transaction read.
-    pub fn transaction(&self) {
-        self.0.transactions.inc();
     }
     /// Counts records handed to the sink for one topic.
     pub fn routed(&self, topic: &str, n: u64) {
@@ -158,9 +275,108 @@ impl Metrics {
             .get_or_create(&vec![("policy", policy.to_string())])
             .inc();
     }
-    /// Counts a restart.
-    pub fn restart(&self) {
-        self.0.restarts.inc();
+    /// Counts a restart and why.
+    pub fn restart(&self, reason: RestartReason) {
+        self.0
+            .restarts
+            .get_or_create(&vec![("reason", reason.as_str().to_string())])
+            .inc();
+        self.0.restarts_total.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Counts a server-id conflict; returns how many there were.
+    pub fn server_id_conflict(&self) -> u64 {
+        self.0.server_id_conflicts.inc() + 1
+    }
+    /// The per-code counter of failed deliveries, for the sink's delivery callback.
+    pub fn delivery_errors(&self) -> Family<Labels, Counter> {
+        self.0.delivery_errors.clone()
+    }
+    /// Makes the dead-letter series of `topic` exist (at 0) before its first row.
+    pub fn expect_dead_letters(&self, topic: &str) {
+        self.0
+            .dead_letters
+            .get_or_create(&vec![("topic", topic.to_string())])
+            .inc_by(0);
+    }
+    /// Counts a row sent to the dead-letter `topic`.
+    pub fn dead_letter(&self, topic: &str) {
+        self.0
+            .dead_letters
+            .get_or_create(&vec![("topic", topic.to_string())])
+            .inc();
+    }
+    /// What the router holds undelivered (shared with the pipeline and the sink).
+    pub fn progress(&self) -> &Progress {
+        &self.0.progress
+    }
+    /// The reader routed a transaction ending at `end` with `records` records.
+    pub fn read(&self, end: &Position, commit_time_ms: i64, records: usize) {
+        let i = &self.0;
+        i.progress.routed(commit_time_ms, records);
+        i.transactions.inc();
+        if records > 0 {
+            i.transaction_records.observe(records as f64);
+        }
+        i.reader_file_index.set(end.file.index() as i64);
+        i.reader_offset.set(end.offset as i64);
+        i.state.lock().expect("metrics state").reader = Some(end.clone());
+    }
+    /// The reader waited `secs` for room in the pipeline.
+    pub fn reader_blocked(&self, secs: f64) {
+        self.0.reader_blocked_seconds.inc_by(secs);
+    }
+    /// Where the reader has routed up to (`None` before its first transaction).
+    pub fn reader_position(&self) -> Option<Position> {
+        self.0.state.lock().expect("metrics state").reader.clone()
+    }
+    /// Sets how long deliveries may stall before `/ready` fails.
+    pub fn set_ready_max_stall(&self, d: Duration) {
+        self.0
+            .ready_max_stall_ms
+            .store(d.as_millis() as u64, Ordering::Relaxed);
+    }
+    /// `Ok` when streaming and delivering; else why not (for `/ready`).
+    pub fn readiness(&self) -> Result<(), String> {
+        if !self.is_connected() {
+            return Err("not connected to the binlog".into());
+        }
+        let stalled = self.0.progress.stalled_for();
+        let bound = Duration::from_millis(self.0.ready_max_stall_ms.load(Ordering::Relaxed));
+        if stalled > bound {
+            return Err(format!(
+                "{} record(s) waiting {:.0} s without a delivery (bound: monitor.ready_max_stall_secs = {})",
+                self.0.progress.records(),
+                stalled.as_secs_f64(),
+                bound.as_secs()
+            ));
+        }
+        Ok(())
+    }
+    /// Publishes librdkafka's statistics.
+    pub fn kafka_statistics(&self, stats: &rdkafka::Statistics) {
+        let i = &self.0;
+        i.producer_queue_messages.set(stats.msg_cnt as i64);
+        i.producer_queue_bytes.set(stats.msg_size as i64);
+        for b in stats.brokers.values() {
+            // librdkafka's bootstrap placeholders have no node id and never carry traffic.
+            if b.nodeid < 0 {
+                continue;
+            }
+            let broker = b.name.clone();
+            i.broker_up
+                .get_or_create(&vec![("broker", broker.clone())])
+                .set(i64::from(b.state == "UP"));
+            if let Some(rtt) = &b.rtt {
+                for (quantile, micros) in [("avg", rtt.avg), ("p99", rtt.p99)] {
+                    i.broker_rtt_seconds
+                        .get_or_create(&vec![
+                            ("broker", broker.clone()),
+                            ("quantile", quantile.to_string()),
+                        ])
+                        .set(micros as f64 / 1e6);
+                }
+            }
+        }
     }
     /// Records a durable checkpoint write.
     pub fn checkpoint_written(&self, checkpoint: &Checkpoint) {
@@ -177,10 +393,6 @@ impl Metrics {
             .set(checkpoint.position.file.index() as i64);
         self.0.checkpoint_age_seconds.set(0);
         self.0.state.lock().expect("metrics state").checkpoint = Some(checkpoint.clone());
-    }
-    /// Sets the number of unacknowledged records.
-    pub fn set_in_flight(&self, n: usize) {
-        self.0.in_flight.set(n as i64);
     }
     /// Sets how many table patterns match no table.
     pub fn set_unmatched_patterns(&self, n: usize) {
@@ -206,7 +418,7 @@ impl Metrics {
     /// Publishes a freshly observed status in gauges and for `/status`.
     pub fn set_status(&self, status: &Status) {
         let i = &self.0;
-        i.lag_ms.set(status.lag_ms.unwrap_or(0));
+        i.lag_ms.set(status.lag_ms.unwrap_or(-1));
         i.bytes_behind
             .set(status.bytes_behind.map_or(0, |b| b as i64));
         i.runway_seconds.set(status.runway_secs.unwrap_or(-1));
@@ -217,12 +429,47 @@ impl Metrics {
         }
         i.state.lock().expect("metrics state").status = Some(status.clone());
     }
-    /// The last observed status.
+    /// The last observed status, with the router's live view as of now.
     pub fn status(&self) -> Option<Status> {
-        self.0.state.lock().expect("metrics state").status.clone()
+        let mut status = self.0.state.lock().expect("metrics state").status.clone()?;
+        if let Some(lag) = self.held_lag_ms() {
+            status.lag_ms = Some(lag);
+        }
+        status.live = Some(self.live());
+        Some(status)
+    }
+    /// What the running router holds and whether it delivers, now.
+    pub fn live(&self) -> Live {
+        let progress = &self.0.progress;
+        let readiness = self.readiness();
+        Live {
+            ready: readiness.is_ok(),
+            not_ready_reason: readiness.err(),
+            in_flight_records: progress.records(),
+            delivery_stall_secs: progress.stalled_for().as_secs_f64(),
+            reader_position: self.reader_position().map(|p| p.to_string()),
+        }
+    }
+    /// Lag from what the router holds: now minus the commit time of the oldest
+    /// transaction read and not yet acknowledged (`None` when it holds nothing).
+    pub fn held_lag_ms(&self) -> Option<i64> {
+        self.0
+            .progress
+            .oldest_commit_ms()
+            .filter(|c| *c > 0)
+            .map(|c| (now_ms() - c).max(0))
     }
     /// The registry in Prometheus text format.
     pub fn encode(&self) -> String {
+        let i = &self.0;
+        // Read at scrape time: a stall must show before the next observation.
+        i.in_flight.set(i.progress.records() as i64);
+        i.delivery_stall_seconds
+            .set(i.progress.stalled_for().as_secs_f64());
+        i.ready.set(i64::from(self.readiness().is_ok()));
+        if let Some(lag) = self.held_lag_ms() {
+            i.lag_ms.set(lag);
+        }
         let mut out = String::new();
         encode(&mut out, &self.0.registry).expect("writing to a String cannot fail");
         out
@@ -241,7 +488,7 @@ impl Metrics {
             ignored_updates: ignored("update"),
             ignored_deletes: ignored("delete"),
             checkpoints_written: i.checkpoint_writes.get(),
-            restarts: i.restarts.get(),
+            restarts: i.restarts_total.load(Ordering::Relaxed),
             deliveries_unproven: i.deliveries_unproven.get(),
         }
     }

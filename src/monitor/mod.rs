@@ -3,11 +3,13 @@
 
 mod http;
 mod metrics;
+mod progress;
 pub mod retention;
 pub mod status;
 mod watch;
 
 pub use http::serve;
-pub use metrics::{Metrics, Snapshot};
+pub use metrics::{Metrics, RestartReason, Snapshot};
+pub use progress::Progress;
 pub use status::{Status, Thresholds, Verdict};
 pub use watch::watch;

@@ -44,13 +44,18 @@ pub fn size_headroom(checkpoint: &Position, files: &[BinlogFileInfo], limit: u64
 pub enum Runway {
     /// The file is already gone.
     Purged,
-    /// Nothing expires (no retention set), or the checkpoint is in the file still being written.
+    /// Nothing expires (no retention set).
     Unbounded,
+    /// The checkpoint's commit time is not known (a first start at a given or the
+    /// earliest position, before its first transaction is acknowledged): no bound can be
+    /// promised, and none is made up.
+    Unknown,
     /// Seconds left (negative: overdue, the purge can happen any time).
     Seconds(i64),
 }
 
-/// Computes the runway from the server's file list, current file and retention.
+/// Computes the runway from the server's file list, current file and retention;
+/// `checkpoint_commit_ms` is 0 when unknown.
 pub fn runway(
     checkpoint: &Position,
     checkpoint_commit_ms: i64,
@@ -68,6 +73,9 @@ pub fn runway(
     if &checkpoint.file == current {
         // Full retention starts only when the file is rotated away.
         return Runway::Seconds(retention as i64);
+    }
+    if checkpoint_commit_ms <= 0 {
+        return Runway::Unknown;
     }
     Runway::Seconds((checkpoint_commit_ms + retention as i64 * 1000 - now_ms) / 1000)
 }
@@ -119,6 +127,11 @@ mod tests {
         assert_eq!(
             runway(&cp, 0, &files(), &current, None, now),
             Runway::Unbounded
+        );
+        // A first start's checkpoint without a commit time: unknown, never "overdue".
+        assert_eq!(
+            runway(&cp, 0, &files(), &current, Some(3 * day), now),
+            Runway::Unknown
         );
         let gone: Position = "mysql-bin.000000:4".parse().unwrap();
         assert_eq!(

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::retention::{self, Runway};
 use crate::checkpoint::{now_ms, Checkpoint};
 use crate::source::server::{self, Flavor};
-use crate::source::SourceError;
+use crate::source::{Position, SourceError};
 
 /// Overall verdict; its exit code is usable from cron or a Nagios-style check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -64,8 +64,12 @@ pub struct Status {
     pub lag_ms: Option<i64>,
     /// Server binlog retention (seconds); `None`: never expires.
     pub retention_secs: Option<u64>,
-    /// Seconds until the checkpoint's file may be purged; `None`: unbounded.
+    /// Seconds until the checkpoint's file may be purged; `None`: unbounded or unknown.
     pub runway_secs: Option<i64>,
+    /// The runway cannot be told yet: the checkpoint has no commit time (a first start
+    /// at a given or the earliest position, before its first acknowledged transaction).
+    #[serde(default)]
+    pub runway_unknown: bool,
     /// MariaDB `max_binlog_total_size`, when set.
     #[serde(default)]
     pub size_limit_bytes: Option<u64>,
@@ -81,6 +85,24 @@ pub struct Status {
     pub reasons: Vec<String>,
     /// Retention vs detection + repair time, when both are declared.
     pub budget: Option<String>,
+    /// What only the running router knows (absent from a stopped router's status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<Live>,
+}
+
+/// The running router's own view, at the moment of the request.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Live {
+    /// `/ready` would answer 200.
+    pub ready: bool,
+    /// Why not, when not ready.
+    pub not_ready_reason: Option<String>,
+    /// Records read from the binlog and not yet acknowledged by Kafka.
+    pub in_flight_records: usize,
+    /// Seconds undelivered records have waited without any acknowledgement.
+    pub delivery_stall_secs: f64,
+    /// End of the last transaction the reader routed.
+    pub reader_position: Option<String>,
 }
 
 fn hours(secs: i64) -> String {
@@ -92,11 +114,14 @@ fn hours(secs: i64) -> String {
     }
 }
 
-/// Measures the server against a checkpoint (not yet judged: call `judge`).
+/// Measures the server against a checkpoint (not yet judged: call `judge`). `reader`:
+/// where the running router has read and acknowledged everything up to, when it holds
+/// nothing undelivered — caught up there is caught up, whatever the checkpoint says.
 pub async fn observe(
     conn: &mut Conn,
     checkpoint: Option<&Checkpoint>,
     running: bool,
+    reader: Option<&Position>,
 ) -> Result<Status, SourceError> {
     let flavor: Flavor = server::flavor(conn).await?;
     let current = server::current_position(conn, flavor).await?;
@@ -114,12 +139,14 @@ pub async fn observe(
         lag_ms: None,
         retention_secs,
         runway_secs: None,
+        runway_unknown: false,
         size_limit_bytes,
         size_headroom_bytes: None,
         purged: false,
         verdict: Verdict::Ok,
         reasons: Vec::new(),
         budget: None,
+        live: None,
     };
     if let Some(cp) = checkpoint {
         status.size_headroom_bytes =
@@ -127,11 +154,14 @@ pub async fn observe(
         status.bytes_behind = retention::bytes_behind(&cp.position, &files, &current);
         // With GTIDs, "nothing committed since the checkpoint" is exact; bytes alone also
         // count rotation and heartbeat bytes that hold no transaction.
-        let caught_up = if !cp.position.gtid.is_empty() && !current.gtid.is_empty() {
-            cp.position.gtid == current.gtid
-        } else {
-            status.bytes_behind == Some(0)
+        let at_server = |p: &Position| {
+            if !p.gtid.is_empty() && !current.gtid.is_empty() {
+                p.gtid == current.gtid
+            } else {
+                retention::bytes_behind(p, &files, &current) == Some(0)
+            }
         };
+        let caught_up = at_server(&cp.position) || reader.is_some_and(at_server);
         status.lag_ms = match caught_up {
             true => Some(0),
             false if cp.commit_time_ms > 0 => Some(now - cp.commit_time_ms),
@@ -147,6 +177,7 @@ pub async fn observe(
         ) {
             Runway::Purged => status.purged = true,
             Runway::Unbounded => {}
+            Runway::Unknown => status.runway_unknown = true,
             Runway::Seconds(s) => status.runway_secs = Some(s),
         }
     }
@@ -170,6 +201,15 @@ impl Status {
         }
         if self.router != "running" {
             raise(Verdict::Warning, "router is not running".into());
+        }
+        // A reconnect is a blip; records waiting past the bound are the problem.
+        let stalled = self
+            .live
+            .as_ref()
+            .filter(|l| l.delivery_stall_secs > 0.0)
+            .and_then(|l| l.not_ready_reason.clone());
+        if let Some(why) = stalled {
+            raise(Verdict::Warning, format!("not ready: {why}"));
         }
         if self.purged {
             raise(
@@ -260,12 +300,14 @@ mod tests {
             lag_ms: Some(10),
             retention_secs: Some(72 * 3600),
             runway_secs: Some(60 * 3600),
+            runway_unknown: false,
             size_limit_bytes: None,
             size_headroom_bytes: None,
             purged: false,
             verdict: Verdict::Ok,
             reasons: vec![],
             budget: None,
+            live: None,
         }
     }
 

@@ -38,10 +38,19 @@ pub async fn watch(config: &Config, metrics: Metrics, shutdown: CancellationToke
             continue;
         };
         let checkpoint = Some(checkpoint);
+        // Holding nothing, the router has delivered all it read: caught up at the reader
+        // is caught up, even before the checkpoint writer has stored it.
+        let reader = metrics
+            .progress()
+            .oldest_commit_ms()
+            .is_none()
+            .then(|| metrics.reader_position())
+            .flatten();
         let observed = status::observe(
             conn.as_mut().expect("connected above"),
             checkpoint.as_ref(),
             true,
+            reader.as_ref(),
         )
         .await;
         let mut st = match observed {
@@ -52,6 +61,12 @@ pub async fn watch(config: &Config, metrics: Metrics, shutdown: CancellationToke
                 continue;
             }
         };
+        // What the router holds is the truth about lag: the oldest transaction it read
+        // and Kafka has not yet acknowledged, whatever the checkpoint's age.
+        if let Some(lag) = metrics.held_lag_ms() {
+            st.lag_ms = Some(lag);
+        }
+        st.live = Some(metrics.live());
         st.judge(&thresholds);
         metrics.set_status(&st);
         let changed = last.is_none_or(|(v, at)| {

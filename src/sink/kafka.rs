@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::FutureExt;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
@@ -19,6 +20,7 @@ use tokio::sync::oneshot;
 
 use super::{Delivery, SinkError, TopicCreator};
 use crate::config::KafkaConfig;
+use crate::monitor::{Metrics, Progress};
 use crate::route::Record;
 
 /// Defaults chosen for an outbox stream; every one can be overridden in config.
@@ -30,13 +32,15 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("compression.type", "lz4"),
     // Beyond librdkafka's internal retries the pipeline restarts from the checkpoint.
     ("message.timeout.ms", "120000"),
+    // Queue depth and broker round trips for /metrics; parsing costs little at 10 s.
+    ("statistics.interval.ms", "10000"),
 ];
 
 /// Produces records to Kafka.
 pub struct KafkaSink {
     producer: ThreadedProducer<AckContext>,
-    /// Creates missing topics before their first record, when enabled.
-    topics: Option<TopicCreator>,
+    /// Creates (or looks up) each topic before its first record.
+    topics: TopicCreator,
 }
 
 /// The producer configuration: defaults, the user's properties, then what the contract fixes.
@@ -56,17 +60,18 @@ pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
 }
 
 impl KafkaSink {
-    /// Creates the producer (does not contact the brokers yet); `unproven` counts
-    /// delivery reports that claim success without an offset.
-    pub fn new(cfg: &KafkaConfig, unproven: Counter) -> Result<Self, SinkError> {
-        let context = AckContext { unproven };
+    /// Creates the producer (does not contact the brokers yet); deliveries, their
+    /// failures and librdkafka's statistics are reported to `metrics`.
+    pub fn new(cfg: &KafkaConfig, metrics: &Metrics) -> Result<Self, SinkError> {
+        let context = AckContext {
+            unproven: metrics.deliveries_unproven(),
+            errors: metrics.delivery_errors(),
+            progress: metrics.progress().clone(),
+            metrics: metrics.clone(),
+        };
         let producer = ThreadedProducer::from_config_and_context(&client_config(cfg), context)
             .map_err(SinkError::Create)?;
-        let topics = cfg
-            .topics
-            .create
-            .then(|| TopicCreator::new(cfg))
-            .transpose()?;
+        let topics = TopicCreator::new(cfg)?;
         Ok(Self { producer, topics })
     }
 
@@ -87,9 +92,9 @@ impl KafkaSink {
     }
 
     pub(super) async fn send(&self, records: Vec<Record>) -> Result<Delivery, SinkError> {
-        if let Some(topics) = &self.topics {
-            topics.ensure(records.iter().map(|r| &*r.topic)).await?;
-        }
+        self.topics
+            .ensure(records.iter().map(|r| &*r.topic))
+            .await?;
         let (acks, outcome) = BatchAcks::new(records.len());
         let mut events = Vec::with_capacity(records.len());
         for r in records {
@@ -223,9 +228,16 @@ impl BatchAcks {
 /// Routes delivery reports to their batch; only a report with an offset acknowledges.
 pub struct AckContext {
     unproven: Counter,
+    errors: Family<Vec<(&'static str, String)>, Counter>,
+    progress: Progress,
+    metrics: Metrics,
 }
 
-impl ClientContext for AckContext {}
+impl ClientContext for AckContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        self.metrics.kafka_statistics(&statistics);
+    }
+}
 
 impl ProducerContext for AckContext {
     type DeliveryOpaque = Arc<BatchAcks>;
@@ -233,6 +245,7 @@ impl ProducerContext for AckContext {
     fn delivery(&self, result: &DeliveryResult<'_>, acks: Arc<BatchAcks>) {
         let (reason, message) = match result {
             Ok(message) if message.offset() >= 0 => {
+                self.progress.delivered();
                 if acks.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                     acks.finish(Ok(()));
                 }
@@ -243,7 +256,13 @@ impl ProducerContext for AckContext {
                 let partition = message.partition();
                 (FailureReason::NoOffset { partition }, message)
             }
-            Err((error, message)) => (FailureReason::Error(error.clone()), message),
+            Err((error, message)) => {
+                let code = error
+                    .rdkafka_error_code()
+                    .map_or_else(|| "other".to_string(), |c| format!("{c:?}"));
+                self.errors.get_or_create(&vec![("code", code)]).inc();
+                (FailureReason::Error(error.clone()), message)
+            }
         };
         let header_values = message
             .headers()

@@ -44,6 +44,14 @@ pub enum SinkError {
     Canceled { event: Box<EventRef> },
     #[error("cannot create topic {topic}: {reason}")]
     CreateTopic { topic: String, reason: String },
+    #[error("Kafka refused topic {topic} ({code}): {fix}")]
+    TopicRefused {
+        topic: String,
+        code: RDKafkaErrorCode,
+        fix: &'static str,
+    },
+    #[error("topic {topic} does not exist and kafka.topics.create = false (nor does the broker create it): create the topic, or set kafka.topics.create = true")]
+    TopicMissing { topic: String },
     #[error("cannot write to stdout: {0}")]
     Stdout(std::io::Error),
 }
@@ -59,7 +67,10 @@ impl SinkError {
             SinkError::Canceled { .. }
             | SinkError::Unproven { .. }
             | SinkError::CreateTopic { .. } => true,
-            SinkError::Create(_) | SinkError::Stdout(_) => false,
+            SinkError::Create(_)
+            | SinkError::Stdout(_)
+            | SinkError::TopicRefused { .. }
+            | SinkError::TopicMissing { .. } => false,
         }
     }
 }

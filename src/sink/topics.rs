@@ -1,6 +1,9 @@
-//! Missing topics are created through the admin client before their first record, with
-//! partitions, replication and configs from the first matching rule (else the broker's
-//! defaults), so production brokers can keep `auto.create.topics.enable=false`.
+//! Before a topic's first record: a missing topic is created through the admin client,
+//! with partitions, replication and configs from the first matching rule (else the
+//! broker's defaults), so production brokers can keep `auto.create.topics.enable=false`.
+//! With creation off (`kafka.topics.create = false`) the topic is looked up instead, so
+//! a missing one stops the router at once, naming it, rather than after a full
+//! `message.timeout.ms` on every restart.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -14,11 +17,39 @@ use super::SinkError;
 use crate::config::{KafkaConfig, TopicRule};
 use crate::pattern::Pattern;
 
-/// Creates topics once each.
+/// Creates (or, with creation off, looks up) topics once each.
 pub struct TopicCreator {
     admin: Arc<AdminClient<DefaultClientContext>>,
     rules: Vec<(Pattern, TopicRule)>,
     known: Mutex<HashSet<String>>,
+    create: bool,
+}
+
+/// Errors of topic creation that no retry fixes: the operator must act.
+fn needs_operator(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode::*;
+    matches!(
+        code,
+        TopicAuthorizationFailed
+            | ClusterAuthorizationFailed
+            | PolicyViolation
+            | InvalidReplicationFactor
+            | InvalidPartitions
+            | InvalidConfig
+            | InvalidTopic
+            | InvalidReplicaAssignment
+    )
+}
+
+/// What to change for a creation refused with `code`.
+fn creation_fix(code: RDKafkaErrorCode) -> &'static str {
+    use RDKafkaErrorCode::*;
+    match code {
+        TopicAuthorizationFailed | ClusterAuthorizationFailed => "the Kafka user may not create it: grant it CREATE on the topic (or the cluster), or create the topic beforehand and set kafka.topics.create = false",
+        InvalidReplicationFactor | InvalidPartitions | InvalidReplicaAssignment => "fix partitions / replication_factor in the matching [[kafka.topics.rule]] (the cluster has fewer brokers than asked for?)",
+        InvalidConfig | PolicyViolation => "fix the topic configs in the matching [[kafka.topics.rule]] (the broker's create-topic policy refused them)",
+        _ => "fix route.topic so it yields a valid topic name (letters, digits, '.', '_', '-', at most 249)",
+    }
 }
 
 impl TopicCreator {
@@ -37,7 +68,65 @@ impl TopicCreator {
             admin: Arc::new(admin),
             rules,
             known: Mutex::new(HashSet::new()),
+            create: cfg.topics.create,
         })
+    }
+
+    /// Looks each topic up; a missing or forbidden one is an error for the operator.
+    async fn verify(&self, topics: &[&str]) -> Result<(), SinkError> {
+        let admin = self.admin.clone();
+        let wanted: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            for topic in &wanted {
+                // A broker that auto-creates answers the first lookup with "unknown"
+                // too, and knows the topic a moment later.
+                let deadline = Instant::now() + AUTO_CREATE_WAIT;
+                let error = loop {
+                    let md = admin
+                        .inner()
+                        .fetch_metadata(Some(topic), Duration::from_secs(10))
+                        .map_err(|e| SinkError::CreateTopic {
+                            topic: topic.clone(),
+                            reason: format!("looking it up failed: {e}"),
+                        })?;
+                    let error = md
+                        .topics()
+                        .iter()
+                        .find(|t| t.name() == topic)
+                        .and_then(|t| t.error())
+                        .map(RDKafkaErrorCode::from);
+                    if error != Some(RDKafkaErrorCode::UnknownTopicOrPartition)
+                        || Instant::now() >= deadline
+                    {
+                        break error;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                };
+                match error {
+                    Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {
+                        return Err(SinkError::TopicMissing {
+                            topic: topic.clone(),
+                        })
+                    }
+                    Some(code) if needs_operator(code) => {
+                        return Err(SinkError::TopicRefused {
+                            topic: topic.clone(),
+                            code,
+                            fix: "the Kafka user may not see it: grant it DESCRIBE and WRITE on the topic",
+                        })
+                    }
+                    // Anything else (a leader election, a topic the broker is just
+                    // auto-creating) is waited for like a topic of our own.
+                    _ => wait_for_leaders(&admin, std::slice::from_ref(topic))?,
+                }
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| SinkError::CreateTopic {
+            topic: topics.join(","),
+            reason: format!("looking it up failed: {e}"),
+        })?
     }
 
     /// Makes sure every topic exists, creating the unknown ones in one admin request;
@@ -55,6 +144,11 @@ impl TopicCreator {
             unknown
         };
         if unknown.is_empty() {
+            return Ok(());
+        }
+        if !self.create {
+            self.verify(&unknown).await?;
+            self.remember(&unknown);
             return Ok(());
         }
         let new: Vec<NewTopic> = unknown
@@ -80,9 +174,16 @@ impl TopicCreator {
             .admin
             .create_topics(&new, &opts)
             .await
-            .map_err(|error| SinkError::CreateTopic {
-                topic: unknown.join(","),
-                reason: error.to_string(),
+            .map_err(|error| match error.rdkafka_error_code() {
+                Some(code) if needs_operator(code) => SinkError::TopicRefused {
+                    topic: unknown.join(","),
+                    code,
+                    fix: creation_fix(code),
+                },
+                _ => SinkError::CreateTopic {
+                    topic: unknown.join(","),
+                    reason: error.to_string(),
+                },
             })?;
         let mut created = Vec::new();
         for result in results {
@@ -92,6 +193,13 @@ impl TopicCreator {
                     created.push(topic);
                 }
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((topic, code)) if needs_operator(code) => {
+                    return Err(SinkError::TopicRefused {
+                        topic,
+                        code,
+                        fix: creation_fix(code),
+                    })
+                }
                 Err((topic, code)) => {
                     return Err(SinkError::CreateTopic {
                         topic,
@@ -109,11 +217,15 @@ impl TopicCreator {
                     reason: format!("waiting for leaders failed: {e}"),
                 })??;
         }
+        self.remember(&unknown);
+        Ok(())
+    }
+
+    fn remember(&self, topics: &[&str]) {
         self.known
             .lock()
             .expect("topic set")
-            .extend(unknown.iter().map(|t| t.to_string()));
-        Ok(())
+            .extend(topics.iter().map(|t| t.to_string()));
     }
 }
 
@@ -123,6 +235,9 @@ fn skip_leader_wait() -> bool {
     fail::fail_point!("sink.skip_leader_wait", |_| true);
     false
 }
+
+/// How long a missing topic may take to appear when the broker auto-creates it.
+const AUTO_CREATE_WAIT: Duration = Duration::from_secs(5);
 
 /// How long a new topic's partition leaders may take to answer.
 const LEADER_WAIT: Duration = Duration::from_secs(30);

@@ -55,6 +55,8 @@ pub enum SourceError {
         message: String,
         fix: &'static str,
     },
+    #[error("another replica with this source.server_id took the binlog stream at {position} (the server says: {message}): give every router and replica its own server_id")]
+    ServerIdConflict { position: String, message: String },
     #[error("server answered unexpectedly: {0}")]
     Unexpected(String),
     #[error(transparent)]
@@ -69,6 +71,7 @@ impl SourceError {
             | SourceError::Query { source, .. }
             | SourceError::Stream { source, .. } => !is_access_error(source),
             SourceError::ConnectTimeout { .. }
+            | SourceError::ServerIdConflict { .. }
             | SourceError::StreamEnded { .. }
             | SourceError::ReadTimeout { .. } => true,
             SourceError::Decode { .. }
@@ -86,26 +89,32 @@ impl SourceError {
         // 1236: the server cannot send from this position or GTID state. Only a purge
         // is answered by `recover`; the other causes need a different fix.
         if let mysql_async::Error::Server(e) = &source {
-            if e.code == 1236 {
-                let (position, code, message) = (position.to_string(), e.code, e.message.clone());
-                let fix = match refusal_1236(&e.message) {
-                    Refusal1236::Purged => {
-                        return SourceError::Purged {
-                            needed: position,
-                            oldest: format!("unknown; the server says: {message}"),
-                        }
+            let (position, code, message) = (position.to_string(), e.code, e.message.clone());
+            let refusal = match code {
+                // MariaDB kicks the older replica of a server id with 4052.
+                4052 => Refusal1236::SameServerId,
+                1236 => refusal_1236(&message),
+                _ => return SourceError::Stream { position, source },
+            };
+            let fix = match refusal {
+                Refusal1236::Purged => {
+                    return SourceError::Purged {
+                        needed: position,
+                        oldest: format!("unknown; the server says: {message}"),
                     }
-                    Refusal1236::SameServerId => "another replica with this source.server_id is connected to the server: give every router and replica its own server_id",
-                    Refusal1236::UnknownGtid => "the server never had the transactions this checkpoint's GTID state names: it is another server, or a replica that has not received them. Point source.host at the server the checkpoint came from (or one of its replicas that has them); `recover` does not apply",
-                    Refusal1236::Other => "the position does not fit this server's binlog; check that source.host is the server the checkpoint came from",
-                };
-                return SourceError::Refused {
-                    position,
-                    code,
-                    message,
-                    fix,
-                };
-            }
+                }
+                Refusal1236::SameServerId => {
+                    return SourceError::ServerIdConflict { position, message }
+                }
+                Refusal1236::UnknownGtid => "the server never had the transactions this checkpoint's GTID state names: it is another server, or a replica that has not received them. Point source.host at the server the checkpoint came from (or one of its replicas that has them); `recover` does not apply",
+                Refusal1236::Other => "the position does not fit this server's binlog; check that source.host is the server the checkpoint came from",
+            };
+            return SourceError::Refused {
+                position,
+                code,
+                message,
+                fix,
+            };
         }
         SourceError::Stream {
             position: position.to_string(),
@@ -121,7 +130,7 @@ impl SourceError {
 enum Refusal1236 {
     /// The binlog (file, or the GTIDs) needed was purged.
     Purged,
-    /// Another replica uses the same server id (MySQL's wording).
+    /// Another replica uses the same server id (MySQL's 1236 wording; MariaDB says 4052).
     SameServerId,
     /// The GTID state names transactions the server never had.
     UnknownGtid,

@@ -63,6 +63,16 @@ pub async fn variable(conn: &mut Conn, name: &'static str) -> Result<Option<Stri
     }
 }
 
+/// The server's clock (ms since the epoch): binlog timestamps come from it, so lag and
+/// runway compare like with like.
+pub async fn now_ms(conn: &mut Conn) -> Result<i64, SourceError> {
+    const SQL: &str = "SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
+    conn.query_first::<i64, _>(SQL)
+        .await
+        .map_err(|source| SourceError::Query { query: SQL, source })?
+        .ok_or_else(|| SourceError::Unexpected("no answer to the clock query".into()))
+}
+
 /// Tells MariaDB from MySQL by the version string.
 pub async fn flavor(conn: &mut Conn) -> Result<Flavor, SourceError> {
     let version = variable(conn, "version").await?.unwrap_or_default();

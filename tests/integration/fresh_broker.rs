@@ -8,8 +8,6 @@
 //! broker auto-creates. On the code before the fix this lost an acknowledged event in
 //! about one run of twenty here.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
@@ -27,34 +25,15 @@ fn runs() -> usize {
         .unwrap_or(4)
 }
 
-/// `scripts/services ACTION kafka` for a private broker on PORT under `state`.
-fn broker(state: &PathBuf, action: &str) {
-    let status = Command::new(repo_root().join("scripts/services"))
-        .args([action, "kafka"])
-        .env("OUTBOX_LOCAL_DIR", state)
-        .env("OUTBOX_KAFKA_PORT", PORT.to_string())
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "private broker {action} failed");
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn acknowledged_events_are_in_a_fresh_broker() {
     let _settings = SERVER_SETTINGS.read().await;
-    let state = tempfile::tempdir().unwrap();
-    let state_dir = state.path().to_path_buf();
-    // The jars of the shared local broker, not a second download.
-    let local = std::env::var("OUTBOX_LOCAL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| repo_root().join(".local"));
-    std::fs::create_dir_all(state_dir.join("kafka")).unwrap();
-    std::os::unix::fs::symlink(local.join("kafka/libs"), state_dir.join("kafka/libs")).unwrap();
-    let bootstrap = format!("127.0.0.1:{PORT}");
+    let broker = PrivateBroker::new(PORT);
+    let bootstrap = broker.bootstrap();
     let mut unproven = 0;
     for run in 0..runs() {
-        let _ = std::fs::remove_dir_all(state_dir.join("kafka/data"));
-        broker(&state_dir, "up");
+        broker.wipe();
+        broker.services("up");
         let (mut conn, mut setup) = fresh("fresh_broker").await;
         let db = setup.db.clone();
         setup.kafka_bootstrap = bootstrap.clone();
@@ -123,7 +102,7 @@ async fn acknowledged_events_are_in_a_fresh_broker() {
             "run {run} (create = {create}, leader wait = {wait_for_leaders}): acknowledged events missing from Kafka: {lost:?}\n{log}"
         );
         unproven += log.matches("as delivered without an offset").count();
-        broker(&state_dir, "down");
+        broker.services("down");
         let resent = found.len() - ids.len();
         println!(
             "fresh broker run {run} (router creates topics: {create}, waits for leaders: {wait_for_leaders}): {} events, 0 lost, {resent} re-sent",

@@ -15,6 +15,7 @@ mod import;
 mod outage;
 mod rows;
 mod security;
+mod signals;
 mod topics;
 mod util;
 
@@ -606,7 +607,7 @@ async fn purged_binlog_is_refused_and_recovered_from_the_table() {
     check_stream(&topics, 350);
 }
 
-fn metric(text: &str, name: &str) -> f64 {
+pub(crate) fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
         .and_then(|l| l.rsplit(' ').next())

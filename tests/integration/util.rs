@@ -211,6 +211,8 @@ pub struct RouterSetup {
     pub flush_interval_ms: u64,
     pub extra_tables: Vec<String>,
     pub monitor_port: u16,
+    /// `[monitor] listen = "off"`: no endpoint (commands then read the store itself).
+    pub monitor_off: bool,
     /// Port the router connects to (a proxy in connection-cut tests).
     pub source_port: u16,
     /// librdkafka properties added to the router's producer.
@@ -236,6 +238,7 @@ impl RouterSetup {
             flush_interval_ms: 200,
             extra_tables: Vec::new(),
             monitor_port: monitor_port(),
+            monitor_off: false,
             source_port: mariadb_port(),
             kafka_properties: Vec::new(),
             extra_toml: String::new(),
@@ -300,11 +303,15 @@ max_in_flight = 5000
 shutdown_timeout_secs = 20
 
 [monitor]
-listen = "127.0.0.1:{monitor_port}"
+listen = "{listen}"
 interval_secs = 1
 {extra}
 "#,
-            monitor_port = self.monitor_port,
+            listen = if self.monitor_off {
+                "off".to_string()
+            } else {
+                format!("127.0.0.1:{}", self.monitor_port)
+            },
             outbox_extra = self.outbox_toml,
             source_extra = self.source_toml,
             kafka_properties = self
@@ -362,12 +369,15 @@ interval_secs = 1
 
     /// Starts the router with extra environment variables (e.g. FAILPOINTS).
     pub fn start_router_env(&self, env: &[(&str, &str)]) -> RouterProcess {
-        // A first start is explicit, as in production (older builds under IT_ROUTER_BIN
-        // created the store themselves).
+        // A first start is explicit, as in production (builds from before `checkpoint
+        // init`, under IT_ROUTER_BIN, created the store themselves).
         let older_build = std::env::var_os("IT_ROUTER_BIN").is_some();
-        if !older_build && !self.dir.path().join("checkpoint").exists() {
+        if !self.dir.path().join("checkpoint").exists() {
             let init = self.cli(&["checkpoint", "init"]);
-            assert!(init.status.success(), "checkpoint init: {init:?}");
+            assert!(
+                older_build || init.status.success(),
+                "checkpoint init: {init:?}"
+            );
         }
         static RUNS: AtomicU32 = AtomicU32::new(0);
         let log = self.dir.path().join(format!(
@@ -641,6 +651,61 @@ pub fn services(action: &str, service: &str) {
         status.success(),
         "scripts/services {action} {service} failed"
     );
+}
+
+/// A single Kafka broker of the test's own on `port` (state in a temp dir, the shared
+/// broker's jars): for tests that stop it or need it brand new without disturbing the
+/// broker every other test uses. Stopped when dropped.
+pub struct PrivateBroker {
+    state: tempfile::TempDir,
+    pub port: u16,
+}
+
+impl PrivateBroker {
+    /// Prepares (does not start) a broker on `port`.
+    pub fn new(port: u16) -> Self {
+        let state = tempfile::tempdir().unwrap();
+        let local = std::env::var("OUTBOX_LOCAL_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| repo_root().join(".local"));
+        std::fs::create_dir_all(state.path().join("kafka")).unwrap();
+        std::os::unix::fs::symlink(local.join("kafka/libs"), state.path().join("kafka/libs"))
+            .unwrap();
+        Self { state, port }
+    }
+
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `scripts/services ACTION kafka` for this broker.
+    pub fn services(&self, action: &str) {
+        let status = Command::new(repo_root().join("scripts/services"))
+            .args([action, "kafka"])
+            .env("OUTBOX_LOCAL_DIR", self.state.path())
+            .env("OUTBOX_KAFKA_PORT", self.port.to_string())
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "private broker {action} failed");
+    }
+
+    /// Forgets all topics (the next `up` is a brand-new cluster).
+    pub fn wipe(&self) {
+        let _ = std::fs::remove_dir_all(self.state.path().join("kafka/data"));
+    }
+}
+
+impl Drop for PrivateBroker {
+    fn drop(&mut self) {
+        let _ = Command::new(repo_root().join("scripts/services"))
+            .args(["down", "kafka"])
+            .env("OUTBOX_LOCAL_DIR", self.state.path())
+            .env("OUTBOX_KAFKA_PORT", self.port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
 }
 
 /// SIGKILLs the local Kafka broker.
