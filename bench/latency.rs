@@ -161,7 +161,7 @@ async fn main() -> Result<()> {
     let started = Instant::now();
     let direct: Option<FutureProducer> = if args.direct {
         // The router's producer configuration with this run's linger and compression.
-        let mut kafka = outbox_router::config::KafkaConfig {
+        let mut kafka = outbox_router::sink::KafkaConfig {
             bootstrap_servers: args.bootstrap.clone(),
             ..Default::default()
         };

@@ -32,6 +32,7 @@ pub fn crash_at(name: &str) -> ! {
     std::process::abort()
 }
 
+pub mod bytes_json;
 pub mod checkpoint;
 pub mod config;
 pub mod import;
@@ -39,8 +40,10 @@ pub mod monitor;
 pub mod outbox;
 pub mod pattern;
 pub mod pipeline;
+pub mod position;
 pub mod recover;
 pub mod route;
+pub mod secret;
 pub mod sink;
 pub mod source;
 pub mod validate;

@@ -6,8 +6,9 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 
 use crate::config::Config;
+use crate::position::TableName;
 use crate::sink::KafkaSink;
-use crate::source::{self, server, TableName};
+use crate::source::{self, server};
 
 /// One finding.
 #[derive(Debug, Clone)]

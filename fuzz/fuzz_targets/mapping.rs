@@ -9,11 +9,12 @@ use mysql_async::binlog::row::BinlogRow;
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::consts::ColumnType;
 use mysql_async::{Column, Value};
-use outbox_router::config::RouteConfig;
+use outbox_router::route::RouteConfig;
 use outbox_router::monitor::Metrics;
 use outbox_router::outbox::{parse_placements, ColumnMapping, Mapper, Rules};
 use outbox_router::route::Router;
-use outbox_router::source::{RowChange, RowOp, TableName, Transaction};
+use outbox_router::source::{RowChange, RowOp, Transaction};
+use outbox_router::position::TableName;
 
 const NAMES: [&str; 7] = ["id", "aggregatetype", "aggregateid", "type", "payload", "created_at", "other"];
 

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::source::Position;
+use crate::position::Position;
 
 /// Milliseconds since the epoch, now.
 pub fn now_ms() -> i64 {

@@ -32,6 +32,8 @@ pub enum CheckpointError {
     Missing { dir: PathBuf },
     #[error("cannot write checkpoint to {dir}: {source}")]
     Write { dir: PathBuf, source: sled::Error },
+    #[error("the checkpoint writer failed: {reason}")]
+    Writer { reason: String },
     #[error("cannot copy checkpoint store {dir} to read it: {source}")]
     Copy {
         dir: PathBuf,

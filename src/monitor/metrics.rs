@@ -16,7 +16,8 @@ use prometheus_client::metrics::gauge::Gauge as FloatGaugeBase;
 use super::status::Live;
 use super::{Progress, Status};
 use crate::checkpoint::{now_ms, Checkpoint};
-use crate::source::{Position, RowOp};
+use crate::position::Position;
+use crate::source::RowOp;
 
 type Labels = Vec<(&'static str, String)>;
 type IntGauge = Gauge<i64, AtomicI64>;
@@ -255,18 +256,17 @@ impl Metrics {
     pub fn deliveries_unproven(&self) -> Counter {
         self.0.deliveries_unproven.clone()
     }
-    /// Counts ignored rows; returns the new total for that operation.
-    pub fn ignored(&self, op: RowOp, n: u64) -> u64 {
+    /// Counts ignored rows of one operation.
+    pub fn ignored(&self, op: RowOp, n: u64) {
         let reason = match op {
             RowOp::Update => "update",
             RowOp::Delete => "delete",
-            RowOp::Insert => return 0,
+            RowOp::Insert => return,
         };
         self.0
             .events_ignored
             .get_or_create(&vec![("reason", reason.to_string())])
-            .inc_by(n)
-            + n
+            .inc_by(n);
     }
     /// Counts an invalid row handled by `policy`.
     pub fn invalid(&self, policy: &str) {

@@ -1,6 +1,7 @@
 //! Monitoring beside the flow: metrics every stage updates, the status verdict (lag,
 //! binlog bytes behind, retention runway), and the loopback HTTP endpoints.
 
+mod config;
 mod http;
 mod metrics;
 mod progress;
@@ -8,6 +9,7 @@ pub mod retention;
 pub mod status;
 mod watch;
 
+pub use config::MonitorConfig;
 pub use http::serve;
 pub use metrics::{Metrics, RestartReason, Snapshot};
 pub use progress::Progress;

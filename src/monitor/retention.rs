@@ -7,8 +7,9 @@
 
 use mysql_async::Conn;
 
+use crate::position::{BinlogFile, Position};
 use crate::source::server::{self, BinlogFileInfo};
-use crate::source::{BinlogFile, Position, SourceError};
+use crate::source::SourceError;
 
 /// The server's binlog retention in seconds; `None` when binlogs never expire.
 pub async fn retention_secs(conn: &mut Conn) -> Result<Option<u64>, SourceError> {

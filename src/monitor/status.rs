@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use super::retention::{self, Runway};
 use crate::checkpoint::{now_ms, Checkpoint};
+use crate::position::Position;
 use crate::source::server::{self, Flavor};
-use crate::source::{Position, SourceError};
+use crate::source::SourceError;
 
 /// Overall verdict; its exit code is usable from cron or a Nagios-style check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -282,6 +283,67 @@ impl Status {
         }
         self.verdict = verdict;
         self.reasons = reasons;
+    }
+}
+
+impl Status {
+    /// The status as the `status` command prints it, one fact per line.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        macro_rules! line {
+            ($($arg:tt)*) => {{
+                out.push_str(&format!($($arg)*));
+                out.push('\n');
+            }};
+        }
+        let verdict = format!("{:?}", self.verdict).to_uppercase();
+        line!("{verdict}: router {}", self.router);
+        let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+        line!("  checkpoint:      {}", opt(self.checkpoint.clone()));
+        line!("  server position: {}", self.server_position);
+        line!(
+            "  bytes behind:    {}",
+            opt(self.bytes_behind.map(|b| b.to_string()))
+        );
+        let lag = self.lag_ms.map_or_else(
+            || "unknown (no commit time yet)".to_string(),
+            |l| format!("{:.1} s", l as f64 / 1000.0),
+        );
+        line!("  lag:             {lag}");
+        let retention = match self.retention_secs {
+            Some(r) => format!("{r} s ({:.1} h)", r as f64 / 3600.0),
+            None => "none (binlogs never expire)".into(),
+        };
+        line!("  retention:       {retention}");
+        let runway = match (self.purged, self.runway_secs) {
+            (true, _) => "0 (purged)".to_string(),
+            (false, Some(r)) => format!("{r} s ({:.1} h)", r as f64 / 3600.0),
+            (false, None) if self.runway_unknown => {
+                "unknown until the first transaction is acknowledged (the start position has no commit time)".into()
+            }
+            (false, None) => "unbounded".into(),
+        };
+        line!("  runway:          {runway}");
+        if let Some(live) = &self.live {
+            line!("  reader:          {}", opt(live.reader_position.clone()));
+            line!(
+                "  in flight:       {} record(s), {:.0} s without a delivery",
+                live.in_flight_records,
+                live.delivery_stall_secs
+            );
+            let ready = match &live.not_ready_reason {
+                None => "yes".to_string(),
+                Some(why) => format!("no: {why}"),
+            };
+            line!("  ready:           {ready}");
+        }
+        if let Some(b) = &self.budget {
+            line!("  budget:          {b}");
+        }
+        for r in &self.reasons {
+            line!("  - {r}");
+        }
+        out
     }
 }
 

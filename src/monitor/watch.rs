@@ -6,17 +6,22 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use super::MonitorConfig;
 use super::{status, Metrics, Verdict};
-use crate::config::Config;
-use crate::source;
+use crate::source::{self, SourceConfig};
 
 /// How often a bad verdict is logged again while it lasts.
 const REPEAT: Duration = Duration::from_secs(60);
 
 /// Runs until `shutdown`.
-pub async fn watch(config: &Config, metrics: Metrics, shutdown: CancellationToken) {
-    let thresholds = config.monitor.thresholds(None, None);
-    let mut tick = tokio::time::interval(Duration::from_secs(config.monitor.interval_secs.max(1)));
+pub async fn watch(
+    source_config: &SourceConfig,
+    config: &MonitorConfig,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) {
+    let thresholds = config.thresholds(None, None);
+    let mut tick = tokio::time::interval(Duration::from_secs(config.interval_secs.max(1)));
     let mut conn = None;
     let mut last: Option<(Verdict, Instant)> = None;
     loop {
@@ -25,7 +30,7 @@ pub async fn watch(config: &Config, metrics: Metrics, shutdown: CancellationToke
             _ = tick.tick() => {}
         }
         if conn.is_none() {
-            match source::connect(&config.source).await {
+            match source::connect(source_config).await {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
                     warn!(error = %e, "monitor cannot reach the source server");

@@ -1,9 +1,10 @@
 //! The event an outbox row stands for.
 
+use crate::bytes_json::bytes_json;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::source::TableName;
+use crate::position::TableName;
 
 /// An event id as stored: usually text (UUID, number), possibly binary.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -97,15 +98,4 @@ pub(crate) fn dead_letter_json(b: &[u8]) -> serde_json::Value {
         return serde_json::json!({ "truncated_bytes": b.len(), "prefix": prefix });
     }
     bytes_json(b)
-}
-
-/// Text as a JSON string; other bytes as `{"base64": …}`.
-pub fn bytes_json(b: &[u8]) -> serde_json::Value {
-    use base64::Engine;
-    match std::str::from_utf8(b) {
-        Ok(s) => serde_json::Value::String(s.to_string()),
-        Err(_) => {
-            serde_json::json!({ "base64": base64::engine::general_purpose::STANDARD.encode(b) })
-        }
-    }
 }

@@ -7,7 +7,6 @@ use tracing::{error, warn};
 
 use super::value;
 use super::{EventId, InvalidEvent, OnUpdate, OutboxEvent, Placement, Rules};
-use crate::monitor::Metrics;
 use crate::source::{RowChange, RowImage, RowOp, Transaction};
 
 /// Outbox column names. Defaults are those of Debezium's Outbox Event Router.
@@ -67,25 +66,37 @@ impl Default for ColumnMapping {
 #[derive(Debug)]
 pub struct MappedTransaction {
     /// The transaction these events came from.
-    pub end: crate::source::Position,
+    pub end: crate::position::Position,
     /// Commit time (ms since epoch).
     pub commit_time_ms: i64,
     /// Events in commit order.
     pub events: Vec<OutboxEvent>,
     /// Rows that cannot be events, for the `on_invalid` policy.
     pub invalid: Vec<InvalidEvent>,
+    /// UPDATE / DELETE rows ignored, per operation and table, for the counters.
+    pub ignored: Vec<Ignored>,
+}
+
+/// Rows of one operation on one table that were ignored (the outbox is append-only).
+#[derive(Debug, Clone)]
+pub struct Ignored {
+    /// UPDATE or DELETE.
+    pub op: RowOp,
+    /// The outbox table.
+    pub table: Arc<crate::position::TableName>,
+    /// How many rows.
+    pub rows: u64,
 }
 
 /// Maps outbox rows to events.
 pub struct Mapper {
     rules: Arc<Rules>,
-    metrics: Metrics,
 }
 
 impl Mapper {
-    /// A mapper following `rules`, counting what it ignores in `metrics`.
-    pub fn new(rules: Arc<Rules>, metrics: Metrics) -> Self {
-        Self { rules, metrics }
+    /// A mapper following `rules`.
+    pub fn new(rules: Arc<Rules>) -> Self {
+        Self { rules }
     }
 
     /// Maps every insert of a transaction; updates and deletes are counted and ignored
@@ -96,7 +107,7 @@ impl Mapper {
         let mut invalid = Vec::new();
         // Ignored rows are reported once per transaction and table, not per row: cleanup
         // jobs delete outbox rows by the million.
-        let mut ignored: Vec<(RowOp, std::sync::Arc<crate::source::TableName>, u64)> = Vec::new();
+        let mut ignored: Vec<Ignored> = Vec::new();
         for change in txn.changes {
             match change.op {
                 RowOp::Insert => match self.map_row(&txn.end.file, change) {
@@ -105,15 +116,20 @@ impl Mapper {
                 },
                 op => match ignored
                     .iter_mut()
-                    .find(|(o, t, _)| *o == op && *t == change.table)
+                    .find(|i| i.op == op && i.table == change.table)
                 {
-                    Some((_, _, n)) => *n += 1,
-                    None => ignored.push((op, change.table, 1)),
+                    Some(i) => i.rows += 1,
+                    None => ignored.push(Ignored {
+                        op,
+                        table: change.table,
+                        rows: 1,
+                    }),
                 },
             }
         }
-        for (op, table, n) in ignored {
-            let total = self.metrics.ignored(op, n);
+        for Ignored { op, table, rows: n } in &ignored {
+            let (op, n) = (*op, *n);
+            let table = table.clone();
             let what =
                 "rows on an outbox table: the outbox is append-only, only INSERTs are published";
             match (op, self.rules.on_update) {
@@ -127,9 +143,9 @@ impl Mapper {
                     })
                 }
                 (RowOp::Update, OnUpdate::Error) => {
-                    error!(%table, op = %op, rows = n, total, transaction_end = %txn.end, "ignored {op} {what}")
+                    error!(%table, op = %op, rows = n, transaction_end = %txn.end, "ignored {op} {what}")
                 }
-                _ => warn!(%table, op = %op, rows = n, total, transaction_end = %txn.end, "ignored {op} {what}"),
+                _ => warn!(%table, op = %op, rows = n, transaction_end = %txn.end, "ignored {op} {what}"),
             }
         }
         Ok(MappedTransaction {
@@ -137,12 +153,13 @@ impl Mapper {
             commit_time_ms: txn.commit_time_ms,
             events,
             invalid,
+            ignored,
         })
     }
 
     fn map_row(
         &self,
-        file: &crate::source::BinlogFile,
+        file: &crate::position::BinlogFile,
         change: RowChange,
     ) -> Result<OutboxEvent, InvalidEvent> {
         let position = format!("{file}:{}", change.event_offset);

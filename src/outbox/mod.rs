@@ -2,14 +2,16 @@
 //! updates and deletes are counted and ignored (the outbox is append-only); a row that
 //! cannot be an event is an `InvalidEvent` naming table, position and event id.
 
+mod config;
 mod event;
 mod mapping;
 mod policy;
 mod rules;
 mod value;
 
+pub use config::OutboxConfig;
 pub(crate) use event::dead_letter_json;
-pub use event::{bytes_json, EventId, InvalidEvent, OutboxEvent};
-pub use mapping::{ColumnMapping, MappedTransaction, Mapper};
+pub use event::{EventId, InvalidEvent, OutboxEvent};
+pub use mapping::{ColumnMapping, Ignored, MappedTransaction, Mapper};
 pub use policy::OnInvalid;
 pub use rules::{parse_placements, Additional, OnUpdate, Placement, Rules};

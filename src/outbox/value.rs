@@ -45,7 +45,7 @@ pub fn to_json(value: &BinlogValue<'_>) -> Result<serde_json::Value, String> {
         BinlogValue::Value(Value::Double(d)) => serde_json::Value::from(*d),
         other => match to_bytes(other)? {
             None => serde_json::Value::Null,
-            Some(b) => super::bytes_json(&b),
+            Some(b) => crate::bytes_json::bytes_json(&b),
         },
     })
 }

@@ -11,8 +11,8 @@ use apache_avro::schema::{RecordSchema, Schema};
 use apache_avro::types::Value;
 
 use super::registry::{Registry, RegistryError};
-use crate::config::{SubjectStrategy, ValueConfig};
 use crate::outbox::OutboxEvent;
+use crate::route::{SubjectStrategy, ValueConfig};
 
 /// Problems loading schemas or talking to the registry at start.
 #[derive(Debug, thiserror::Error)]

@@ -5,18 +5,18 @@
 //! `value.format = "avro"` the payload encoded against its schema.
 
 mod avro;
+mod config;
 mod registry;
 
 pub use avro::{AvroError, AvroValues, SharedAvro};
+pub use config::{RegistryConfig, RouteConfig, SubjectStrategy, ValueConfig, ValueFormat};
 pub use registry::{Registry, RegistryError};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::config::RouteConfig;
-
 use crate::outbox::{EventId, InvalidEvent, MappedTransaction, OutboxEvent, Rules};
-use crate::source::Position;
+use crate::position::Position;
 
 /// Kafka's topic name rules: 1–249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`.
 pub fn check_topic(topic: &str) -> Result<(), String> {
@@ -65,7 +65,7 @@ pub struct Record {
 #[derive(Debug, Clone)]
 pub struct EventRef {
     /// Outbox table.
-    pub table: std::sync::Arc<crate::source::TableName>,
+    pub table: std::sync::Arc<crate::position::TableName>,
     /// Binlog `file:offset` of the row.
     pub position: String,
     /// Event id.
@@ -285,7 +285,7 @@ impl Router {
             None => serde_json::Value::Null,
             Some(p) => self
                 .expanded(e, p)
-                .unwrap_or_else(|| crate::outbox::bytes_json(p)),
+                .unwrap_or_else(|| crate::bytes_json::bytes_json(p)),
         };
         let mut envelope = serde_json::Map::with_capacity(1 + e.envelope.len());
         envelope.insert("payload".into(), payload);

@@ -19,9 +19,9 @@ use rdkafka::ClientContext;
 use tokio::sync::oneshot;
 
 use super::{Delivery, SinkError, TopicCreator};
-use crate::config::KafkaConfig;
 use crate::monitor::{Metrics, Progress};
 use crate::route::Record;
+use crate::sink::KafkaConfig;
 
 /// Defaults chosen for an outbox stream; every one can be overridden in config.
 const DEFAULTS: &[(&str, &str)] = &[

@@ -1,6 +1,7 @@
 //! Sink stage: hands records to Kafka (or stdout for dry runs) and returns, per batch,
 //! a future that resolves once every record of the batch is acknowledged.
 
+mod config;
 mod kafka;
 mod stdout;
 mod topics;
@@ -8,6 +9,7 @@ mod topics;
 use futures::future::BoxFuture;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
+pub use config::{KafkaConfig, TopicRule, TopicsConfig};
 pub use kafka::{client_config, KafkaSink};
 pub use stdout::StdoutSink;
 pub use topics::TopicCreator;

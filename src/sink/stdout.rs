@@ -5,7 +5,7 @@ use std::io::Write;
 use futures::FutureExt;
 use serde_json::{json, Map, Value};
 
-use crate::outbox::bytes_json;
+use crate::bytes_json::bytes_json;
 
 use super::{Delivery, SinkError};
 use crate::route::Record;

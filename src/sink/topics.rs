@@ -14,8 +14,8 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::error::RDKafkaErrorCode;
 
 use super::SinkError;
-use crate::config::{KafkaConfig, TopicRule};
 use crate::pattern::Pattern;
+use crate::sink::{KafkaConfig, TopicRule};
 
 /// Creates (or, with creation off, looks up) topics once each.
 pub struct TopicCreator {

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use mysql_async::{Conn, OptsBuilder, SslOpts};
 
-use crate::config::{ConfigError, SourceConfig, TlsMode};
+use crate::secret::SecretError;
+use crate::source::{SourceConfig, TlsMode};
 
 use super::Position;
 
@@ -60,7 +61,7 @@ pub enum SourceError {
     #[error("server answered unexpectedly: {0}")]
     Unexpected(String),
     #[error(transparent)]
-    Config(#[from] ConfigError),
+    Password(#[from] SecretError),
 }
 
 impl SourceError {
@@ -81,7 +82,7 @@ impl SourceError {
             | SourceError::Refused { .. }
             | SourceError::Purged { .. }
             | SourceError::Unexpected(_)
-            | SourceError::Config(_) => false,
+            | SourceError::Password(_) => false,
         }
     }
 

@@ -1,6 +1,6 @@
 //! MariaDB binlog events that `mysql_common` does not model (types 160–163).
 
-use super::position::MariaGtid;
+use super::MariaGtid;
 
 /// ANNOTATE_ROWS_EVENT: the SQL text of the following rows events.
 pub const ANNOTATE_ROWS_EVENT: u8 = 160;

@@ -2,10 +2,9 @@
 //! committed transactions that each carry the position just past their last event.
 
 mod boundary;
+mod config;
 mod connect;
 mod mariadb;
-mod mysql_gtid;
-mod position;
 mod reader;
 mod row;
 pub mod server;
@@ -15,10 +14,11 @@ mod transaction;
 pub use boundary::{
     classify, statement_tables, Boundaries, Event as BoundaryEvent, Statement, Step, Xid,
 };
+pub use config::{ResumeBy, SnapshotMode, SourceConfig, StartFrom, TlsMode};
 pub use connect::{connect, SourceError};
-pub use position::{
-    BinlogFile, GtidState, MariaGtid, MariaGtidState, MySqlGtidSet, Position, PositionError,
-};
+// The source's own vocabulary, for its modules (`super::Position`); other stages import
+// `crate::position`.
+use crate::position::{BinlogFile, GtidState, MariaGtid, Position, TableName};
 pub use reader::BinlogReader;
 pub use row::{RowImage, Rows, TableLayout};
-pub use transaction::{RowChange, RowOp, TableName, Transaction};
+pub use transaction::{RowChange, RowOp, Transaction};

@@ -11,7 +11,7 @@ use outbox_router::checkpoint::{Checkpoint, CheckpointStore};
 const CYCLES: usize = 200;
 const DIR_VAR: &str = "OUTBOX_TORTURE_DIR";
 
-fn position(offset: u64) -> outbox_router::source::Position {
+fn position(offset: u64) -> outbox_router::position::Position {
     format!("mysql-bin.000001:{offset}").parse().unwrap()
 }
 

@@ -7,7 +7,8 @@ use futures::StreamExt;
 use mysql_async::binlog::events::{EventData, TableMapEvent};
 use mysql_async::prelude::Queryable;
 use mysql_async::BinlogStreamRequest;
-use outbox_router::source::{TableLayout, TableName};
+use outbox_router::position::TableName;
+use outbox_router::source::TableLayout;
 
 use crate::util::*;
 

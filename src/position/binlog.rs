@@ -9,7 +9,7 @@ use std::str::FromStr;
 use mysql_async::binlog::events::GtidEvent;
 use serde::{Deserialize, Serialize};
 
-pub use super::mysql_gtid::MySqlGtidSet;
+use super::MySqlGtidSet;
 
 /// Why a position, file name or GTID text could not be parsed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use mysql_async::{GnoInterval, Sid};
 use mysql_common::packets::Tag;
 use uuid::Uuid;
 
-use super::position::PositionError;
+use super::PositionError;
 
 /// Where MySQL transactions come from: the originating server's UUID and, since 8.4, an
 /// optional tag.

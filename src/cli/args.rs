@@ -1,0 +1,127 @@
+//! The command line, as clap parses it.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(
+    name = "outbox-router",
+    version,
+    about = "Transactional outbox → Kafka, from the MySQL / MariaDB binlog"
+)]
+pub(crate) struct Cli {
+    /// Configuration file (TOML).
+    #[arg(
+        short,
+        long,
+        env = "OUTBOX_ROUTER_CONFIG",
+        default_value = "outbox-router.toml",
+        global = true
+    )]
+    pub(crate) config: PathBuf,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub(crate) log_format: LogFormat,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Stream the binlog and publish outbox events until SIGINT/SIGTERM.
+    Run {
+        /// Where records go: kafka, or stdout (JSON lines) for a dry run.
+        #[arg(long, value_enum, default_value_t = SinkArg::Kafka)]
+        sink: SinkArg,
+        /// Create the checkpoint store when it does not exist (a first start). Without
+        /// it a missing store is an error: a lost volume must not start over silently.
+        #[arg(long)]
+        init: bool,
+    },
+    /// Check server settings, privileges, outbox columns and Kafka; exit 1 on any problem.
+    Validate,
+    /// After a purge (exit code 3): re-publish outbox rows that may have committed after
+    /// the checkpoint, with their original event ids, and move the checkpoint to now.
+    Recover {
+        /// DATETIME/TIMESTAMP column saying when a row was written
+        /// [default: outbox.columns.timestamp, else created_at].
+        #[arg(long)]
+        timestamp_column: Option<String>,
+        /// Seconds of slack before the checkpoint's commit time (clocks, time zones).
+        #[arg(long, default_value_t = 600)]
+        margin_secs: u64,
+        /// The longest your transactions stay open: a row's timestamp is its INSERT's
+        /// time, its COMMIT may come this much later.
+        #[arg(long, default_value_t = 3600)]
+        longest_transaction_secs: u64,
+        /// Re-publish rows written from this unix time on, instead of checkpoint − margins.
+        #[arg(long)]
+        since: Option<i64>,
+        /// Count the rows that would be re-published; send nothing, keep the checkpoint.
+        #[arg(long)]
+        dry_run: bool,
+        /// Move the checkpoint even when no row is in the window.
+        #[arg(long)]
+        allow_empty: bool,
+    },
+    /// Checkpoint, server position, lag, retention runway and a verdict; works whether the
+    /// router runs or not. Exit 0 ok, 1 warning, 2 critical, 3 unknown.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Hours your alerting needs to notice a dead router (retention budget).
+        #[arg(long)]
+        detect_hours: Option<f64>,
+        /// Hours you need to repair it (retention budget).
+        #[arg(long)]
+        repair_hours: Option<f64>,
+    },
+    /// Print an outbox-router config (TOML) made from a Debezium MySQL / MariaDB connector
+    /// config (JSON as posted to Kafka Connect, or .properties); unmapped keys go to stderr.
+    ImportDebezium {
+        /// The connector config file.
+        file: PathBuf,
+    },
+    /// Inspect or change the stored checkpoint (stop the router first).
+    Checkpoint {
+        #[command(subcommand)]
+        action: CheckpointAction,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum SinkArg {
+    Kafka,
+    Stdout,
+    /// Discard records (measures reading, mapping and routing alone); the checkpoint
+    /// still advances, so only with a scratch checkpoint directory.
+    Null,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum CheckpointAction {
+    /// Print the stored position.
+    Show {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Store a position (FILE:OFFSET [gtid=D-S-N,...]); it must be a transaction boundary.
+    Set { position: String },
+    /// Create an empty checkpoint store for a first start (`run` refuses a missing one).
+    Init,
+    /// Remove the checkpoint; the next run starts at `source.start`.
+    Reset {
+        /// Confirm: events after the old position may be skipped or re-sent.
+        #[arg(long)]
+        yes: bool,
+    },
+}

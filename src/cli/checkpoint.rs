@@ -1,0 +1,69 @@
+//! `checkpoint show | set | init | reset`.
+
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+
+use super::args::CheckpointAction;
+use outbox_router::checkpoint::{Checkpoint, CheckpointStore};
+use outbox_router::config::Config;
+use outbox_router::position::Position;
+
+/// Shows, sets, creates or removes the stored checkpoint.
+pub(super) fn run(config: &Config, action: CheckpointAction) -> Result<ExitCode> {
+    let dir = &config.checkpoint.dir;
+    match action {
+        CheckpointAction::Show { .. } if !CheckpointStore::exists(dir) => {
+            bail!("{}", super::no_store_at(dir))
+        }
+        CheckpointAction::Show { json } => match CheckpointStore::peek(dir)? {
+            None if json => println!("null"),
+            None => println!(
+                "no checkpoint in {} (the next run starts at source.start)",
+                dir.display()
+            ),
+            Some(cp) if json => println!("{}", serde_json::to_string(&cp)?),
+            Some(cp) => {
+                println!("position: {}", cp.position);
+                println!("commit_time_ms: {}", cp.commit_time_ms);
+                println!("written_at_ms: {}", cp.written_at_ms);
+            }
+        },
+        CheckpointAction::Set { position } => {
+            let position: Position = position.parse().context("checkpoint set")?;
+            let store = CheckpointStore::create(dir)?;
+            let written_at_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0);
+            store.save(&Checkpoint {
+                position: position.clone(),
+                commit_time_ms: 0,
+                written_at_ms,
+            })?;
+            println!("checkpoint set to {position}");
+        }
+        CheckpointAction::Reset { yes } => {
+            if !yes {
+                bail!("checkpoint reset forgets where the router stopped; repeat with --yes to confirm");
+            }
+            CheckpointStore::open(dir)?.reset()?;
+            println!("checkpoint removed from {}", dir.display());
+        }
+        CheckpointAction::Init => {
+            if CheckpointStore::exists(dir) {
+                println!(
+                    "checkpoint store {} already exists; nothing changed",
+                    dir.display()
+                );
+            } else {
+                CheckpointStore::create(dir)?;
+                println!(
+                    "checkpoint store created in {}; the first run starts at source.start",
+                    dir.display()
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,90 @@
+//! One module per subcommand; `dispatch` picks it.
+//!
+//! Exit codes (also in the README):
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success (`status`: ok) |
+//! | 1 | error, printed once with its cause chain (`status`: warning) |
+//! | 2 | usage error (clap) (`status`: critical) |
+//! | 3 | `run`: the checkpoint's binlog was purged, run `recover` (`status`: unknown) |
+
+pub(crate) mod args;
+mod checkpoint;
+mod import;
+mod recover;
+mod run;
+mod status;
+mod validate;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use args::{Cli, Command};
+use outbox_router::config::Config;
+use outbox_router::pipeline::PipelineError;
+
+/// `run`: the checkpoint's binlog file is gone from the server.
+const EXIT_PURGED: u8 = 3;
+/// `status`: it cannot tell (Nagios UNKNOWN).
+const EXIT_UNKNOWN: u8 = 3;
+
+/// Runs the command.
+pub(crate) async fn dispatch(cli: Cli) -> Result<ExitCode> {
+    if let Command::ImportDebezium { file } = &cli.command {
+        return import::run(file);
+    }
+    let config = Config::load(&cli.config)?;
+    match cli.command {
+        Command::Run { sink, init } => run::run(&config, sink, init).await,
+        Command::ImportDebezium { file } => import::run(&file),
+        Command::Validate => validate::run(&config).await,
+        Command::Status {
+            json,
+            detect_hours,
+            repair_hours,
+        } => status::run(&config, json, detect_hours, repair_hours).await,
+        Command::Recover {
+            timestamp_column,
+            margin_secs,
+            longest_transaction_secs,
+            since,
+            dry_run,
+            allow_empty,
+        } => {
+            let opts = recover::Options {
+                timestamp_column,
+                margin_secs,
+                longest_transaction_secs,
+                since,
+                dry_run,
+                allow_empty,
+            };
+            recover::run(&config, opts).await
+        }
+        Command::Checkpoint { action } => checkpoint::run(&config, action),
+    }
+}
+
+/// The exit code of a failed command.
+pub(crate) fn exit_code_of(e: &anyhow::Error) -> ExitCode {
+    let purged = e.chain().any(|c| {
+        c.downcast_ref::<PipelineError>()
+            .is_some_and(PipelineError::is_purged)
+    });
+    if purged {
+        ExitCode::from(EXIT_PURGED)
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The plain answer of a read-only command pointed at a directory without a store.
+fn no_store_at(dir: &Path) -> String {
+    format!(
+        "no checkpoint at {}: there is no checkpoint store in that directory (is checkpoint.dir right? a first start creates one with `checkpoint init` or `run --init`)",
+        dir.display()
+    )
+}

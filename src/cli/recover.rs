@@ -1,0 +1,50 @@
+//! `recover`: after a purge, re-publish from the outbox table and move the checkpoint.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use outbox_router::config::Config;
+use outbox_router::recover::{recover, RecoverOptions};
+
+/// The command's flags.
+pub(super) struct Options {
+    pub timestamp_column: Option<String>,
+    pub margin_secs: u64,
+    pub longest_transaction_secs: u64,
+    pub since: Option<i64>,
+    pub dry_run: bool,
+    pub allow_empty: bool,
+}
+
+/// Re-publishes (or, dry, counts) and reports.
+pub(super) async fn run(config: &Config, opts: Options) -> Result<ExitCode> {
+    let recover_opts = RecoverOptions {
+        timestamp_column: opts
+            .timestamp_column
+            .or_else(|| config.outbox.columns.timestamp.clone())
+            .unwrap_or_else(|| "created_at".into()),
+        margin: std::time::Duration::from_secs(opts.margin_secs),
+        longest_transaction: std::time::Duration::from_secs(opts.longest_transaction_secs),
+        since_secs: opts.since,
+        dry_run: opts.dry_run,
+        allow_empty: opts.allow_empty,
+    };
+    let report = recover(config, &recover_opts).await?;
+    if report.dry_run {
+        println!(
+            "dry run: {} event(s) written since unix time {} would be re-published; the checkpoint would move to {}; nothing sent, nothing changed",
+            report.events, report.since_secs, report.checkpoint
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "re-published {} event(s) written since unix time {} (original event ids kept)",
+        report.events, report.since_secs
+    );
+    println!(
+        "checkpoint set to {}; start the router again to resume streaming",
+        report.checkpoint
+    );
+    Ok(ExitCode::SUCCESS)
+}

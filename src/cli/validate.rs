@@ -1,0 +1,31 @@
+//! `validate`: server settings, privileges, outbox columns and Kafka.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use outbox_router::config::Config;
+
+/// Prints each check; exit 1 on any problem.
+pub(super) async fn run(config: &Config) -> Result<ExitCode> {
+    let findings = outbox_router::validate::validate(config).await;
+    let mut failed = 0;
+    for f in &findings {
+        if f.ok {
+            println!("ok    {}: {}", f.check, f.detail);
+        } else {
+            failed += 1;
+            println!("FAIL  {}: {}", f.check, f.detail);
+            if !f.fix.is_empty() {
+                println!("      fix: {}", f.fix);
+            }
+        }
+    }
+    if failed == 0 {
+        println!("all {} checks passed", findings.len());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("{failed} problem(s) found");
+        Ok(ExitCode::FAILURE)
+    }
+}

@@ -1,0 +1,102 @@
+//! `[monitor]`: the endpoint, the watcher's interval and the alert thresholds.
+
+use serde::Deserialize;
+
+/// Monitoring: HTTP endpoint, how often the server is asked, alert thresholds.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorConfig {
+    /// Address of `/metrics`, `/health`, `/ready`, `/status`; `off` disables it.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Seconds between lag / runway observations.
+    #[serde(default = "default_monitor_interval_secs")]
+    pub interval_secs: u64,
+    /// Warn when the retention runway is below this share of the retention.
+    #[serde(default = "default_runway_warn")]
+    pub runway_warn_ratio: f64,
+    /// Critical when the retention runway is below this share of the retention.
+    #[serde(default = "default_runway_critical")]
+    pub runway_critical_ratio: f64,
+    /// Warn when lag exceeds this many seconds.
+    #[serde(default = "default_lag_warn_secs")]
+    pub lag_warn_secs: u64,
+    /// Critical when lag exceeds this many seconds.
+    #[serde(default = "default_lag_critical_secs")]
+    pub lag_critical_secs: u64,
+    /// Hours your alerting needs to notice a dead router (retention budget in `status`).
+    pub detect_hours: Option<f64>,
+    /// Hours you need to repair it (retention budget in `status`).
+    pub repair_hours: Option<f64>,
+    /// `/ready` answers 503 once undelivered records waited this many seconds without
+    /// any acknowledgement from Kafka.
+    #[serde(default = "default_ready_max_stall_secs")]
+    pub ready_max_stall_secs: u64,
+}
+
+impl Default for MonitorConfig {
+    fn default() -> Self {
+        toml::from_str("").expect("monitor defaults")
+    }
+}
+
+impl MonitorConfig {
+    /// What is wrong with these settings, if anything.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(addr) = self.listen_addr() {
+            addr.parse::<std::net::SocketAddr>()
+                .map_err(|_| format!("monitor.listen {addr:?} is not IP:PORT (or \"off\")"))?;
+        }
+        Ok(())
+    }
+
+    /// The endpoint address, or `None` when disabled.
+    pub fn listen_addr(&self) -> Option<&str> {
+        (self.listen != "off").then_some(self.listen.as_str())
+    }
+
+    /// Alert thresholds; `detect_hours`/`repair_hours` may be overridden.
+    pub fn thresholds(
+        &self,
+        detect_hours: Option<f64>,
+        repair_hours: Option<f64>,
+    ) -> super::Thresholds {
+        let secs = |h: Option<f64>| h.map(|h| (h * 3600.0) as u64);
+        super::Thresholds {
+            runway_warn_ratio: self.runway_warn_ratio,
+            runway_critical_ratio: self.runway_critical_ratio,
+            lag_warn_ms: self.lag_warn_secs as i64 * 1000,
+            lag_critical_ms: self.lag_critical_secs as i64 * 1000,
+            detect_secs: secs(detect_hours.or(self.detect_hours)),
+            repair_secs: secs(repair_hours.or(self.repair_hours)),
+        }
+    }
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:9187".into()
+}
+
+fn default_monitor_interval_secs() -> u64 {
+    10
+}
+
+fn default_runway_warn() -> f64 {
+    0.5
+}
+
+fn default_runway_critical() -> f64 {
+    0.2
+}
+
+fn default_lag_warn_secs() -> u64 {
+    300
+}
+
+fn default_lag_critical_secs() -> u64 {
+    1800
+}
+
+fn default_ready_max_stall_secs() -> u64 {
+    60
+}

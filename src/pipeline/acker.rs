@@ -1,0 +1,193 @@
+//! The acknowledgement path: hands batches to the sink within the in-flight window,
+//! releases their deliveries in commit order, and passes the watermark — the end of the
+//! last transaction acknowledged with all before it — to the checkpoint writer.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::stream::FuturesOrdered;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::PipelineError;
+use crate::checkpoint::{Checkpoint, CheckpointStore, CheckpointWriter};
+use crate::config::Config;
+use crate::monitor::Metrics;
+use crate::position::Position;
+use crate::route::Batch;
+use crate::sink::{Sink, SinkError};
+
+/// Tracks acknowledged transactions and hands the watermark to the checkpoint writer.
+pub(super) struct Acker<'a> {
+    metrics: &'a Metrics,
+    /// End of the last transaction whose records, and all earlier ones, are acknowledged.
+    watermark: Position,
+    watermark_commit_ms: i64,
+    /// The watermark moved since it was last handed to the writer.
+    unpublished: bool,
+    writer: CheckpointWriter,
+}
+
+/// A transaction whose delivery finished, one way or the other.
+struct Completed {
+    /// Where its transaction ends: the checkpoint once it is acknowledged.
+    end: Position,
+    /// Its commit time (ms since epoch).
+    commit_time_ms: i64,
+    /// Records it had.
+    records: usize,
+    /// When they were handed to the producer.
+    sent_at: Instant,
+    /// What Kafka said: records acknowledged, or the first failure.
+    delivery: Result<usize, SinkError>,
+}
+
+impl<'a> Acker<'a> {
+    pub(super) fn new(
+        store: &CheckpointStore,
+        (start, start_commit_ms): (Position, i64),
+        interval: Duration,
+        metrics: &'a Metrics,
+    ) -> Self {
+        Self {
+            metrics,
+            watermark: start,
+            watermark_commit_ms: start_commit_ms,
+            unpublished: false,
+            writer: {
+                let metrics = metrics.clone();
+                CheckpointWriter::start(store.clone(), interval, move |cp| {
+                    metrics.checkpoint_written(cp)
+                })
+            },
+        }
+    }
+
+    /// Sends batches and advances the watermark until the channel closes or a delivery
+    /// fails; then drains what is in flight (bounded) and writes the final checkpoint.
+    pub(super) async fn run(
+        mut self,
+        sink: &Sink,
+        mut rx: mpsc::Receiver<Batch>,
+        config: &Config,
+        stop_reading: &CancellationToken,
+    ) -> Result<(), PipelineError> {
+        let max_in_flight = config.pipeline.max_in_flight;
+        let mut in_flight: FuturesOrdered<futures::future::BoxFuture<'static, Completed>> =
+            FuturesOrdered::new();
+        let mut in_flight_records = 0usize;
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        let mut failure: Option<PipelineError> = None;
+        loop {
+            tokio::select! {
+                biased;
+                Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                    in_flight_records -= done.records;
+                    if let Err(e) = self.complete(done) {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+                batch = rx.recv(), if in_flight_records < max_in_flight => {
+                    let Some(batch) = batch else { break };
+                    let n = batch.records.len();
+                    let (end, commit_time_ms, routed_at) = (batch.end, batch.commit_time_ms, batch.routed_at);
+                    let records_topics = topics_of(&batch.records);
+                    let delivery = match sink.send(batch.records).await {
+                        Ok(d) => d,
+                        Err(e) => { failure = Some(e.into()); break; }
+                    };
+                    crash_point!("sink.after_send_before_ack");
+                    let sent_at = Instant::now();
+                    self.metrics.routed_to_sent((sent_at - routed_at).as_secs_f64());
+                    count_routed(self.metrics, &records_topics);
+                    in_flight_records += n;
+                    in_flight.push_back(Box::pin(async move {
+                        Completed { end, commit_time_ms, records: n, sent_at, delivery: delivery.await }
+                    }));
+                }
+                _ = tick.tick() => {
+                    // A failed checkpoint write stops the pipeline; its error is reported below.
+                    if self.writer.has_stopped() {
+                        break;
+                    }
+                }
+            }
+            self.publish();
+        }
+        // Stop reading first, then wait for what Kafka already has, so a restart does
+        // not race the old producer's last deliveries.
+        stop_reading.cancel();
+        drop(rx);
+        let deadline = Duration::from_secs(config.pipeline.shutdown_timeout_secs);
+        let drained = tokio::time::timeout(deadline, async {
+            while let Some(done) = in_flight.next().await {
+                if failure.is_none() {
+                    if let Err(e) = self.complete(done) {
+                        failure = Some(e);
+                    }
+                }
+            }
+        })
+        .await;
+        if drained.is_err() {
+            warn!(
+                records = in_flight_records,
+                deadline_secs = deadline.as_secs(),
+                "records still unacknowledged at the deadline; they will be sent again after restart"
+            );
+        }
+        self.publish();
+        let written = self.writer.finish().await;
+        match (failure, written) {
+            (Some(e), _) => Err(e),
+            (None, Err(e)) => Err(e.into()),
+            (None, Ok(())) => Ok(()),
+        }
+    }
+
+    fn complete(&mut self, done: Completed) -> Result<(), PipelineError> {
+        let n = done.delivery?;
+        self.metrics.progress().acknowledged();
+        self.metrics
+            .sent_to_acked(done.sent_at.elapsed().as_secs_f64());
+        self.metrics.acked(n as u64);
+        self.watermark = done.end;
+        self.unpublished = true;
+        if done.commit_time_ms > 0 {
+            self.watermark_commit_ms = done.commit_time_ms;
+        }
+        crash_point!("ack.before_checkpoint");
+        Ok(())
+    }
+
+    fn publish(&mut self) {
+        if std::mem::take(&mut self.unpublished) {
+            self.writer.publish(Checkpoint::new(
+                self.watermark.clone(),
+                self.watermark_commit_ms,
+            ));
+        }
+    }
+}
+
+/// Records per topic, in runs of the same topic (records of a transaction are usually
+/// grouped), so metrics cost one label lookup per run, not per record.
+fn topics_of(records: &[crate::route::Record]) -> Vec<(Arc<str>, u64)> {
+    let mut runs: Vec<(Arc<str>, u64)> = Vec::new();
+    for r in records {
+        match runs.last_mut() {
+            Some((t, n)) if *t == r.topic => *n += 1,
+            _ => runs.push((r.topic.clone(), 1)),
+        }
+    }
+    runs
+}
+
+fn count_routed(metrics: &Metrics, runs: &[(Arc<str>, u64)]) {
+    for (topic, n) in runs {
+        metrics.routed(topic, *n);
+    }
+}

@@ -1,0 +1,277 @@
+//! Wiring: source → outbox → route in a reader task, sink → acker → checkpoint in the
+//! acker loop, joined by a bounded channel; plus the supervisor that restarts after
+//! transient errors.
+//!
+//! Reading never waits for acknowledgements, but the in-flight window
+//! (`pipeline.max_in_flight` records) and the channel bound how far it runs ahead, so
+//! when Kafka stalls the binlog stays on the server and memory stays flat. Deliveries
+//! complete in any order; an ordered queue releases them in commit order, so the
+//! checkpoint only ever covers a contiguous prefix of acknowledged transactions.
+
+mod acker;
+mod error;
+mod read;
+mod start;
+pub(crate) mod table;
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+pub use error::PipelineError;
+pub(crate) use read::InvalidPolicy;
+
+use crate::checkpoint::CheckpointStore;
+use crate::config::Config;
+use crate::monitor::{Metrics, RestartReason};
+use crate::outbox::OnInvalid;
+use crate::sink::{KafkaSink, Sink, StdoutSink};
+use crate::source::{self, server, BinlogReader, SourceError};
+
+/// Transactions buffered between the reader and the sink. The in-flight window, not
+/// this queue, keeps Kafka busy: 16 is as fast as 128 in `bench/backlog` and holds a
+/// tenth of the memory when transactions are large.
+const CHANNEL_TRANSACTIONS: usize = 16;
+
+/// Which sink to run with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkKind {
+    /// Kafka, the product.
+    Kafka,
+    /// JSON lines on stdout (dry run).
+    Stdout,
+    /// Nowhere: acknowledged at once (benchmarks of the read side).
+    Null,
+}
+
+/// Runs until `shutdown` fires (Ok) or a non-transient error (Err), restarting from the
+/// durable checkpoint with backoff after transient ones.
+pub async fn run(
+    config: &Config,
+    sink_kind: SinkKind,
+    shutdown: CancellationToken,
+    metrics: Metrics,
+) -> Result<(), PipelineError> {
+    // A dry run starts where the real checkpoint is but never writes it: the next real
+    // run must not skip what was only printed.
+    let (store, scratch) = match sink_kind {
+        SinkKind::Kafka => (CheckpointStore::open(&config.checkpoint.dir)?, None),
+        SinkKind::Stdout | SinkKind::Null => {
+            let (store, dir) = CheckpointStore::scratch_copy_of(&config.checkpoint.dir)?;
+            info!(real = %config.checkpoint.dir.display(), scratch = %dir.display(), "dry run: checkpoints go to a scratch store, the real one is left as it is");
+            (store, Some(dir))
+        }
+    };
+    if let Some(cp) = store.load()? {
+        metrics.set_checkpoint(&cp);
+    }
+    metrics.set_ready_max_stall(Duration::from_secs(config.monitor.ready_max_stall_secs));
+    if config.outbox.on_invalid == OnInvalid::DeadLetter {
+        metrics.expect_dead_letters(&config.outbox.dead_letter_topic);
+    }
+    // Not a child of `shutdown`: the endpoints answer until the pipeline has drained.
+    let monitor_stop = CancellationToken::new();
+    if let Some(addr) = config.monitor.listen_addr() {
+        crate::monitor::serve(addr, metrics.clone(), monitor_stop.clone())
+            .await
+            .map_err(|e| {
+                PipelineError::Config(format!("cannot listen on monitor.listen {addr}: {e}"))
+            })?;
+    }
+    let watcher = crate::monitor::watch(
+        &config.source,
+        &config.monitor,
+        metrics.clone(),
+        monitor_stop.clone(),
+    );
+    let ctx = Ctx {
+        config,
+        store: &store,
+        sink_kind,
+        shutdown: &shutdown,
+        metrics: &metrics,
+    };
+    let supervised = supervise(&ctx);
+    let result = tokio::select! {
+        r = supervised => r,
+        _ = watcher => Err(PipelineError::Internal("monitor stopped unexpectedly".into())),
+    };
+    monitor_stop.cancel();
+    if let Some(dir) = scratch {
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    result
+}
+
+/// What every run of the pipeline shares.
+struct Ctx<'a> {
+    config: &'a Config,
+    store: &'a CheckpointStore,
+    sink_kind: SinkKind,
+    shutdown: &'a CancellationToken,
+    metrics: &'a Metrics,
+}
+
+/// Restarts `run_once` after transient errors, with backoff.
+async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
+    let Ctx {
+        shutdown, metrics, ..
+    } = *ctx;
+    let mut delay = Duration::from_millis(500);
+    let mut conflicts = ConflictWindow::default();
+    loop {
+        let started = Instant::now();
+        let result = run_once(ctx).await;
+        metrics.set_connected(false);
+        metrics.progress().restarted();
+        let snapshot = metrics.snapshot();
+        match result {
+            Ok(()) => {
+                info!(?snapshot, "stopped");
+                return Ok(());
+            }
+            Err(e) if e.is_transient() && !shutdown.is_cancelled() => {
+                if started.elapsed() > Duration::from_secs(60) {
+                    delay = Duration::from_millis(500);
+                }
+                let reason = e.restart_reason();
+                if reason == RestartReason::ServerIdConflict {
+                    metrics.server_id_conflict();
+                    let times = conflicts.record();
+                    let max = ctx.config.source.server_id_conflicts_max.max(1) as usize;
+                    let server_id = ctx.config.source.server_id;
+                    if times >= max {
+                        error!(?snapshot, server_id, times, "stopped: the binlog stream keeps being taken by another replica with this server id");
+                        return Err(PipelineError::ServerIdConflicts {
+                            server_id,
+                            times,
+                            window_mins: CONFLICT_WINDOW.as_secs() / 60,
+                        });
+                    }
+                    warn!(error = %e, server_id, times, stop_at = max, "another replica with this source.server_id is connected to the server (a second router or a copied config?); give each its own server_id");
+                }
+                metrics.restart(reason);
+                warn!(error = %e, reason = reason.as_str(), retry_in_ms = delay.as_millis() as u64, "pipeline stopped by a transient error; resuming from the last checkpoint");
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = shutdown.cancelled() => return Ok(()),
+                }
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+            Err(e) => {
+                error!(?snapshot, "stopped by an error");
+                return Err(with_oldest_binlog(ctx.config, e).await);
+            }
+        }
+    }
+}
+
+/// How far back server-id conflicts count towards `source.server_id_conflicts_max`.
+const CONFLICT_WINDOW: Duration = Duration::from_secs(600);
+
+/// Recent times another replica with our server id took the stream.
+#[derive(Default)]
+struct ConflictWindow(std::collections::VecDeque<Instant>);
+
+impl ConflictWindow {
+    /// Records one now; returns how many fall in the window.
+    fn record(&mut self) -> usize {
+        let now = Instant::now();
+        self.0.push_back(now);
+        while self
+            .0
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > CONFLICT_WINDOW)
+        {
+            self.0.pop_front();
+        }
+        self.0.len()
+    }
+}
+
+/// A purge found through the stream (by GTID) does not know the oldest file yet: ask.
+async fn with_oldest_binlog(config: &Config, e: PipelineError) -> PipelineError {
+    let PipelineError::Source(SourceError::Purged { needed, oldest }) = e else {
+        return e;
+    };
+    let oldest = match source::connect(&config.source).await {
+        Ok(mut conn) => match server::binary_logs(&mut conn).await {
+            Ok(logs) => logs.first().map(|l| l.file.to_string()).unwrap_or(oldest),
+            Err(_) => oldest,
+        },
+        Err(_) => oldest,
+    };
+    PipelineError::Source(SourceError::Purged { needed, oldest })
+}
+
+async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
+    let Ctx {
+        config,
+        store,
+        sink_kind,
+        shutdown,
+        metrics,
+    } = *ctx;
+    let mut conn = source::connect(&config.source).await?;
+    let flavor = server::flavor(&mut conn).await?;
+    let problems = server::settings_problems(&mut conn).await?;
+    if !problems.is_empty() {
+        let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return Err(PipelineError::Settings(text.join("\n  ")));
+    }
+    let tables = config.table_patterns();
+    start::check_outbox_tables(&mut conn, &tables, metrics).await?;
+    let sink = match sink_kind {
+        SinkKind::Kafka => Sink::Kafka(KafkaSink::new(&config.kafka, metrics)?),
+        SinkKind::Stdout => Sink::Stdout(StdoutSink),
+        SinkKind::Null => Sink::Null,
+    };
+    let start = start::start_position(config, store, &mut conn, flavor, &sink).await?;
+    metrics.set_checkpoint(&start);
+    let start_commit_ms = start.commit_time_ms;
+    let start = start.position;
+    let by_gtid = start::resume_by_gtid(config, &mut conn, flavor, &start).await?;
+    let reader = BinlogReader::start(
+        conn,
+        flavor,
+        config.source.server_id,
+        start.clone(),
+        by_gtid,
+        &tables,
+        config.source.heartbeat(),
+    )
+    .await?;
+    metrics.set_connected(true);
+    info!(position = %start, by_gtid, tables = ?config.outbox.tables, "streaming binlog");
+
+    let (mapper, router) = read::stages(config).await?;
+    let (tx, rx) = mpsc::channel(CHANNEL_TRANSACTIONS);
+    let stop_reading = shutdown.child_token();
+    let reader_task = tokio::spawn(read::read_loop(
+        InvalidPolicy::of(config),
+        reader,
+        mapper,
+        router,
+        tx,
+        stop_reading.clone(),
+        metrics.clone(),
+    ));
+
+    let acker = acker::Acker::new(
+        store,
+        (start, start_commit_ms),
+        Duration::from_millis(config.checkpoint.flush_interval_ms),
+        metrics,
+    );
+    let acked = acker.run(&sink, rx, config, &stop_reading).await;
+    stop_reading.cancel();
+    let read = reader_task
+        .await
+        .map_err(|e| PipelineError::Internal(format!("reader task failed: {e}")))?;
+    // A delivery failure explains a reader stop, not the other way round.
+    acked?;
+    read
+}

@@ -1,0 +1,132 @@
+//! Source → outbox → route, one committed transaction at a time, and what happens to
+//! rows that cannot be records.
+
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::PipelineError;
+use crate::config::Config;
+use crate::monitor::Metrics;
+use crate::outbox::{Mapper, OnInvalid};
+use crate::route::ValueFormat;
+use crate::route::{AvroValues, Batch, Router};
+use crate::source::{BinlogReader, Transaction};
+
+/// The outbox and route stages, as configured (schemas loaded and, with a registry,
+/// registered).
+pub(crate) async fn stages(config: &Config) -> Result<(Mapper, Router), PipelineError> {
+    let rules = std::sync::Arc::new(config.rules().map_err(PipelineError::Config)?);
+    let avro = match config.value.format {
+        ValueFormat::Json => None,
+        ValueFormat::Avro if rules.has_envelope() => {
+            return Err(PipelineError::Config(
+                "value.format = \"avro\" encodes the payload alone; it cannot be combined with envelope placements (table.fields.additional.placement …:envelope)".into(),
+            ))
+        }
+        ValueFormat::Avro => Some(std::sync::Arc::new(AvroValues::load(&config.value).await?)),
+    };
+    let mapper = Mapper::new(rules.clone());
+    let router =
+        Router::new(rules, &config.route, config.kafka.max_message_bytes()).with_avro(avro);
+    Ok((mapper, router))
+}
+
+/// One transaction through the outbox and route stages, counting the rows it ignores.
+pub(super) fn map_and_route(
+    mapper: &Mapper,
+    router: &Router,
+    metrics: &Metrics,
+    txn: Transaction,
+) -> Result<Batch, PipelineError> {
+    let mapped = mapper.map(txn)?;
+    for i in &mapped.ignored {
+        metrics.ignored(i.op, i.rows);
+    }
+    Ok(router.route(mapped)?)
+}
+
+/// Source → outbox → route, one committed transaction at a time.
+pub(super) async fn read_loop(
+    policy: InvalidPolicy,
+    mut reader: BinlogReader,
+    mapper: Mapper,
+    router: Router,
+    tx: mpsc::Sender<Batch>,
+    stop: CancellationToken,
+    metrics: Metrics,
+) -> Result<(), PipelineError> {
+    loop {
+        let txn = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return Ok(()),
+            txn = reader.next_transaction() => txn?,
+        };
+        let mut batch = map_and_route(&mapper, &router, &metrics, txn)?;
+        if !batch.invalid.is_empty() {
+            policy.apply(&router, &metrics, &mut batch)?;
+        }
+        metrics.read(&batch.end, batch.commit_time_ms, batch.records.len());
+        crash_point!("read.before_send");
+        let permit = match tx.try_reserve() {
+            Ok(permit) => permit,
+            Err(mpsc::error::TrySendError::Full(())) => {
+                let blocked = Instant::now();
+                let permit = tx.reserve().await;
+                metrics.reader_blocked(blocked.elapsed().as_secs_f64());
+                match permit {
+                    Ok(permit) => permit,
+                    Err(_) => return Ok(()), // the acker stopped; it says why
+                }
+            }
+            Err(mpsc::error::TrySendError::Closed(())) => return Ok(()),
+        };
+        permit.send(batch);
+    }
+}
+
+/// What to do with rows that cannot be records (`outbox.on_invalid`).
+#[derive(Debug, Clone)]
+pub(crate) struct InvalidPolicy {
+    on_invalid: OnInvalid,
+    dead_letter_topic: String,
+}
+
+impl InvalidPolicy {
+    pub(crate) fn of(config: &Config) -> Self {
+        Self {
+            on_invalid: config.outbox.on_invalid,
+            dead_letter_topic: config.outbox.dead_letter_topic.clone(),
+        }
+    }
+
+    /// Fails on the first invalid row, or dead-letters / skips each one, logged with
+    /// table, position, event id and reason, and counted.
+    pub(crate) fn apply(
+        &self,
+        router: &Router,
+        metrics: &Metrics,
+        batch: &mut Batch,
+    ) -> Result<(), PipelineError> {
+        let policy = self.on_invalid.as_str();
+        for bad in std::mem::take(&mut batch.invalid) {
+            metrics.invalid(policy);
+            match self.on_invalid {
+                OnInvalid::Fail => return Err(PipelineError::Invalid(bad)),
+                OnInvalid::DeadLetter => {
+                    warn!(error = %bad, topic = %self.dead_letter_topic, policy, "invalid outbox row sent to the dead-letter topic");
+                    metrics.dead_letter(&self.dead_letter_topic);
+                    batch.records.push(router.dead_letter(
+                        &self.dead_letter_topic,
+                        &bad,
+                        batch.commit_time_ms,
+                    ));
+                }
+                OnInvalid::Skip => warn!(error = %bad, policy, "invalid outbox row skipped"),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,129 @@
+//! Where a run starts: the checkpoint, else the first start's position (recorded at
+//! once), whether to resume by GTID, and the checks that must pass before streaming.
+
+use tracing::{info, warn};
+
+use super::PipelineError;
+use crate::checkpoint::{Checkpoint, CheckpointStore};
+use crate::config::Config;
+use crate::monitor::Metrics;
+use crate::position::Position;
+use crate::sink::Sink;
+use crate::source::server;
+use crate::source::{ResumeBy, SnapshotMode, StartFrom};
+
+/// Where to start: the checkpoint, else the initial snapshot or `source.start` (stored
+/// at once, so a crash before the first delivery cannot move a `latest` start past
+/// committed events).
+pub(super) async fn start_position(
+    config: &Config,
+    store: &CheckpointStore,
+    conn: &mut mysql_async::Conn,
+    flavor: server::Flavor,
+    sink: &Sink,
+) -> Result<Checkpoint, PipelineError> {
+    if let Some(cp) = store.load()? {
+        return Ok(cp);
+    }
+    if config.source.start != StartFrom::Earliest || config.source.snapshot != SnapshotMode::Never {
+        let prepared = server::prepared_xa(conn).await?;
+        if prepared > 0 {
+            return Err(PipelineError::Config(format!(
+                "{prepared} XA transaction(s) are prepared on the server (XA RECOVER) and not yet committed: their rows are logged at PREPARE, before this first start's position, and would never be published when they commit.\n  Commit or roll them back first, or start earlier (source.start = \"FILE:OFFSET\" before their PREPARE)"
+            )));
+        }
+    }
+    // The server's clock just before the position is taken: every transaction after the
+    // position commits later, and its file is written (rotated) later, so lag and
+    // retention runway computed from it are never understated. A given or earliest
+    // position has no known time (0) until its first transaction is acknowledged.
+    let taken_at = server::now_ms(conn).await?;
+    let (position, commit_time_ms) = match (&config.source.snapshot, &config.source.start) {
+        (SnapshotMode::Initial, _) => (
+            super::table::initial_snapshot(config, sink).await?,
+            taken_at,
+        ),
+        (SnapshotMode::Never, StartFrom::Latest) => {
+            (server::current_position(conn, flavor).await?, taken_at)
+        }
+        (SnapshotMode::Never, StartFrom::Earliest) => (server::earliest_position(conn).await?, 0),
+        (SnapshotMode::Never, StartFrom::At(p)) => (p.clone(), 0),
+    };
+    let checkpoint = Checkpoint::new(position.clone(), commit_time_ms);
+    store.save(&checkpoint)?;
+    info!(%position, start = ?config.source.start, snapshot = ?config.source.snapshot, "no checkpoint yet: starting here and recorded it");
+    Ok(checkpoint)
+}
+
+/// Resume by GTID or by file position (`source.resume_by`); by position, the file must
+/// still be on the server.
+pub(super) async fn resume_by_gtid(
+    config: &Config,
+    conn: &mut mysql_async::Conn,
+    flavor: server::Flavor,
+    start: &Position,
+) -> Result<bool, PipelineError> {
+    let by_gtid = match config.source.resume_by {
+        ResumeBy::Position => false,
+        ResumeBy::Auto => {
+            !start.gtid.is_empty() && {
+                // A MariaDB domain the checkpoint never saw would be replayed from the
+                // server's oldest binlog: only resume by GTID when every domain is covered.
+                let server_gtid = server::current_position(conn, flavor).await?.gtid;
+                start.gtid.covers_domains_of(&server_gtid)
+            }
+        }
+        ResumeBy::Gtid if start.gtid.is_empty() => {
+            return Err(PipelineError::Config(format!(
+                "source.resume_by = \"gtid\" but checkpoint {start} has no GTID state"
+            )))
+        }
+        ResumeBy::Gtid => true,
+    };
+    if !by_gtid {
+        // By GTID the server itself says (error 1236) when the history is gone; file
+        // names only mean something on the server that wrote them.
+        server::ensure_available(conn, start).await?;
+    }
+    Ok(by_gtid)
+}
+
+/// Every exact outbox table name must exist as written (a typo would make its INSERTs
+/// unrelated traffic, and the checkpoint would move past them); a pattern matching
+/// nothing yet is a warning (tables created later are picked up at their first row).
+pub(super) async fn check_outbox_tables(
+    conn: &mut mysql_async::Conn,
+    tables: &[crate::pattern::Pattern],
+    metrics: &Metrics,
+) -> Result<(), PipelineError> {
+    let found = server::outbox_tables(conn, tables).await?;
+    if !found.hidden_by_filters.is_empty() {
+        return Err(PipelineError::Settings(format!(
+            "outbox changes never reach the binlog: {}; remove the filter from the server's configuration (binlog_do_db / binlog_ignore_db) and restart it",
+            found.hidden_by_filters.join("; ")
+        )));
+    }
+    metrics.set_unmatched_patterns(found.unmatched_patterns.len());
+    for pattern in &found.unmatched_patterns {
+        warn!(%pattern, "outbox.tables pattern matches no table yet; its tables are picked up when they appear");
+    }
+    if found.missing.is_empty() {
+        return Ok(());
+    }
+    let text: Vec<String> = found
+        .missing
+        .iter()
+        .map(|(name, like)| {
+            let hint = if like.is_empty() {
+                "no table of that database exists".to_string()
+            } else {
+                format!("tables there: {}", like.join(", "))
+            };
+            format!("{name} ({hint})")
+        })
+        .collect();
+    Err(PipelineError::Config(format!(
+        "outbox table(s) not on the server: {}.\n  Names are case-sensitive and must exist before the router starts; fix outbox.tables (or use a pattern such as \"tenant_*.outbox\" for tables created later)",
+        text.join("; ")
+    )))
+}

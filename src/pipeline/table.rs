@@ -1,0 +1,116 @@
+//! Publishing outbox rows read from the tables themselves rather than the binlog —
+//! the initial snapshot, and `recover` after a purge — through the same outbox, route
+//! and sink stages, with their original event ids.
+//!
+//! The initial snapshot (`source.snapshot = "initial"`) reads every row in a consistent
+//! snapshot whose binlog position MariaDB reports exactly: streaming continues there.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+
+use super::{InvalidPolicy, PipelineError};
+use crate::checkpoint::now_ms;
+use crate::config::Config;
+use crate::monitor::Metrics;
+use crate::position::{BinlogFile, Position};
+use crate::sink::Sink;
+use crate::source::{self, server, RowChange, RowOp, Transaction};
+
+/// Rows published per Kafka round trip.
+const CHUNK: usize = 1000;
+
+/// Publishes the outbox tables' rows (all, or those whose `column` is at or after `since`
+/// unix seconds) with their original event ids, waiting for every acknowledgement.
+pub(crate) async fn republish(
+    config: &Config,
+    conn: &mut mysql_async::Conn,
+    since: Option<(&str, i64)>,
+    position: &Position,
+    sink: &Sink,
+) -> Result<u64, PipelineError> {
+    let metrics = Metrics::default();
+    let (mapper, router) = super::read::stages(config).await?;
+    let policy = InvalidPolicy::of(config);
+    let order_by: Vec<String> = if !config.source.snapshot_order_by.is_empty() {
+        config.source.snapshot_order_by.clone()
+    } else {
+        since
+            .map(|(c, _)| c.to_string())
+            .or_else(|| config.rules().ok().and_then(|r| r.timestamp))
+            .into_iter()
+            .collect()
+    };
+    let patterns = config.table_patterns();
+    let mut events = 0u64;
+    for table in server::matching_tables(conn, &patterns).await? {
+        let table = Arc::new(table);
+        let rows = source::snapshot::rows(conn, &table, since, &order_by).await?;
+        let mut chunks = rows.chunks(CHUNK);
+        while let Some(chunk) = chunks.next().await {
+            let changes = chunk
+                .into_iter()
+                .map(|row| {
+                    Ok(RowChange {
+                        table: table.clone(),
+                        op: RowOp::Insert,
+                        row: Some(row?),
+                        event_offset: 0,
+                    })
+                })
+                .collect::<Result<Vec<_>, source::SourceError>>()?;
+            let txn = Transaction {
+                end: position.clone(),
+                commit_time_ms: now_ms(),
+                changes,
+            };
+            let mut batch = super::read::map_and_route(&mapper, &router, &metrics, txn)?;
+            policy.apply(&router, &metrics, &mut batch)?;
+            events += sink.send(batch.records).await?.await? as u64;
+        }
+        tracing::info!(%table, events, "published outbox rows from the table");
+    }
+    Ok(events)
+}
+
+/// The initial snapshot: every outbox row as of one consistent snapshot, published, and
+/// the binlog position that snapshot corresponds to, where streaming continues.
+pub async fn initial_snapshot(config: &Config, sink: &Sink) -> Result<Position, PipelineError> {
+    use mysql_async::prelude::Queryable;
+    let mut conn = source::connect(&config.source).await?;
+    let q = |query: &'static str| move |source| source::SourceError::Query { query, source };
+    conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .map_err(q("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"))?;
+    conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        .await
+        .map_err(q("START TRANSACTION WITH CONSISTENT SNAPSHOT"))?;
+    // MariaDB reports the binlog position exactly matching the snapshot.
+    let status: Vec<(String, String)> = conn
+        .query("SHOW SESSION STATUS WHERE Variable_name IN ('binlog_snapshot_file', 'binlog_snapshot_position')")
+        .await
+        .map_err(q("SHOW STATUS binlog_snapshot_*"))?;
+    let get = |name: &str| {
+        status
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let (Some(file), Some(offset)) = (get("binlog_snapshot_file"), get("binlog_snapshot_position"))
+    else {
+        return Err(PipelineError::Config(
+            "source.snapshot = \"initial\" needs MariaDB's binlog_snapshot_file/position (not available on this server)".into(),
+        ));
+    };
+    let position = Position::new(
+        BinlogFile::new(file).map_err(|e| PipelineError::Internal(e.to_string()))?,
+        offset
+            .parse()
+            .map_err(|_| PipelineError::Internal(format!("binlog_snapshot_position {offset:?}")))?,
+    )
+    .map_err(|e| PipelineError::Internal(e.to_string()))?;
+    let events = republish(config, &mut conn, None, &position, sink).await?;
+    conn.query_drop("COMMIT").await.map_err(q("COMMIT"))?;
+    tracing::info!(%position, events, "initial snapshot published");
+    Ok(position)
+}

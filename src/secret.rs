@@ -1,0 +1,54 @@
+//! Values that must never be printed, and where they are read from.
+
+use std::fmt;
+use std::path::Path;
+
+/// A value that must never be printed: `Debug` shows `***`.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+    /// The secret itself, for handing to a client library only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// A secret that was configured but could not be read (the message never holds it).
+#[derive(Debug, thiserror::Error)]
+#[error("password: {0}")]
+pub struct SecretError(String);
+
+/// Reads a secret from the environment variable `env` or the first line of `file`
+/// (`key` names the setting in messages); `None` when neither is configured.
+pub fn resolve(
+    env: Option<&str>,
+    file: Option<&Path>,
+    key: &str,
+) -> Result<Option<Secret>, SecretError> {
+    if let Some(var) = env {
+        return std::env::var(var)
+            .map(|p| Some(Secret::new(p)))
+            .map_err(|_| {
+                SecretError(format!("environment variable {var} ({key}_env) is not set"))
+            });
+    }
+    if let Some(file) = file {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| SecretError(format!("cannot read {key}_file {}: {e}", file.display())))?;
+        return Ok(Some(Secret::new(
+            text.lines().next().unwrap_or("").to_string(),
+        )));
+    }
+    Ok(None)
+}

@@ -1,0 +1,103 @@
+//! `[kafka]`: the producer's brokers and properties, and topic creation.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// Kafka producer settings.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Broker list.
+    #[serde(default = "default_bootstrap")]
+    pub bootstrap_servers: String,
+    /// librdkafka properties passed through unchanged (e.g. `compression.type`,
+    /// `security.protocol`, `sasl.password`). `acks` and `enable.idempotence` are fixed.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+    /// Creating missing topics through the admin client.
+    #[serde(default)]
+    pub topics: TopicsConfig,
+}
+
+/// Topic creation: on by default, with the broker's defaults unless a rule matches.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicsConfig {
+    /// Create a topic the first time a record goes to it, if it does not exist.
+    #[serde(default = "default_true")]
+    pub create: bool,
+    /// Settings per topic pattern (`*`, `?`); the first matching rule applies.
+    #[serde(default, rename = "rule")]
+    pub rules: Vec<TopicRule>,
+}
+
+impl Default for TopicsConfig {
+    fn default() -> Self {
+        Self {
+            create: true,
+            rules: Vec::new(),
+        }
+    }
+}
+
+/// Partitions, replication and configs for topics matching a pattern.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicRule {
+    /// Topic name pattern, e.g. `outbox.event.*`.
+    pub pattern: String,
+    /// Partitions (-1: broker default).
+    #[serde(default = "default_minus_one")]
+    pub partitions: i32,
+    /// Replication factor (-1: broker default).
+    #[serde(default = "default_minus_one")]
+    pub replication_factor: i32,
+    /// Topic configs, e.g. `{ "retention.ms" = "604800000" }`.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_minus_one() -> i32 {
+    -1
+}
+
+impl KafkaConfig {
+    /// What is wrong with these settings, if anything.
+    pub fn check(&self) -> Result<(), String> {
+        for fixed in ["acks", "enable.idempotence", "bootstrap.servers"] {
+            if self.properties.contains_key(fixed) {
+                return Err(format!(
+                    "kafka.properties.{fixed} cannot be set: the router fixes it (bootstrap.servers: use kafka.bootstrap_servers)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The producer's record size limit (librdkafka `message.max.bytes`).
+    pub fn max_message_bytes(&self) -> usize {
+        self.properties
+            .get("message.max.bytes")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000)
+    }
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        Self {
+            bootstrap_servers: default_bootstrap(),
+            properties: BTreeMap::new(),
+            topics: TopicsConfig::default(),
+        }
+    }
+}
+
+fn default_bootstrap() -> String {
+    "127.0.0.1:9092".into()
+}

@@ -1,0 +1,193 @@
+//! `[source]`: the server to replicate from, how to connect, where a first start begins.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::position::Position;
+use crate::secret::{Secret, SecretError};
+
+/// Connection to the source server.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// Host name or IP address.
+    #[serde(default = "default_host")]
+    pub host: String,
+    /// TCP port.
+    #[serde(default = "default_port")]
+    pub port: u16,
+    /// Replication user (needs REPLICATION SLAVE, BINLOG MONITOR / REPLICATION CLIENT, SELECT).
+    pub user: String,
+    /// Name of an environment variable holding the password.
+    pub password_env: Option<String>,
+    /// File whose first line is the password.
+    pub password_file: Option<PathBuf>,
+    /// Replica server id; unique among all replicas of this server.
+    pub server_id: u32,
+    /// Where to start when there is no checkpoint: `latest`, `earliest` or `FILE:OFFSET`.
+    #[serde(default)]
+    pub start: StartFrom,
+    /// Seconds between server heartbeats; a silent connection is dropped after three.
+    #[serde(default = "default_heartbeat_secs")]
+    pub heartbeat_secs: u64,
+    /// Seconds to wait for a connection.
+    #[serde(default = "default_connect_timeout_secs")]
+    pub connect_timeout_secs: u64,
+    /// Stop after this many times another replica with the same `server_id` took the
+    /// stream within ten minutes (each one is a warning; they would flap forever).
+    #[serde(default = "default_server_id_conflicts_max")]
+    pub server_id_conflicts_max: u32,
+    /// TLS to the server: `disabled`, `required` (encrypted, certificate not checked),
+    /// `verify_ca` (signed by `tls_ca_file`) or `verify_identity` (also matches `host`).
+    #[serde(default)]
+    pub tls_mode: TlsMode,
+    /// PEM file of the CA that signed the server's certificate.
+    pub tls_ca_file: Option<PathBuf>,
+    /// How a restart finds its place: `auto` (by GTID when the server is MariaDB and the
+    /// checkpoint has GTID state, so a failover to another server works; else by file
+    /// and offset), `gtid` or `position`.
+    #[serde(default)]
+    pub resume_by: ResumeBy,
+    /// With no checkpoint yet: `never` (rows already in the outbox were someone else's
+    /// job) or `initial` (publish them from one consistent snapshot, then stream from
+    /// exactly that position; MariaDB).
+    #[serde(default)]
+    pub snapshot: SnapshotMode,
+    /// Columns that order rows read from the table (snapshot, `recover`), so each
+    /// aggregate's events go out in commit order, e.g. `["created_at", "seq"]`. Default:
+    /// the timestamp column if mapped, else the table's own order (primary key).
+    #[serde(default)]
+    pub snapshot_order_by: Vec<String>,
+}
+
+/// What happens to rows already in the outbox on the very first start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotMode {
+    /// Start streaming at `start`; existing rows are not published.
+    #[default]
+    Never,
+    /// Publish existing rows from a consistent snapshot, then stream from its position.
+    Initial,
+}
+
+/// How the stream is resumed from a checkpoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResumeBy {
+    /// GTID when possible, else file and offset.
+    #[default]
+    Auto,
+    /// Always by GTID (MariaDB connect state, MySQL GTID set); an error when the
+    /// checkpoint has none.
+    Gtid,
+    /// Always by file and offset (same server only).
+    Position,
+}
+
+/// How the connection to the source server is secured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TlsMode {
+    /// Plain TCP.
+    #[default]
+    Disabled,
+    /// Encrypted; the certificate is not verified.
+    Required,
+    /// Encrypted; the certificate must be signed by the configured CA.
+    VerifyCa,
+    /// Encrypted; signed by the CA and issued for `host`.
+    VerifyIdentity,
+}
+
+/// Where streaming starts when no checkpoint exists yet.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum StartFrom {
+    /// The server's current position: only new transactions are published.
+    #[default]
+    Latest,
+    /// The oldest binlog the server still has.
+    Earliest,
+    /// An explicit transaction boundary.
+    At(Position),
+}
+
+impl FromStr for StartFrom {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "latest" => Ok(Self::Latest),
+            "earliest" => Ok(Self::Earliest),
+            other => other.parse().map(Self::At).map_err(|e| {
+                format!("start must be \"latest\", \"earliest\" or FILE:OFFSET ({e})")
+            }),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for StartFrom {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+fn default_host() -> String {
+    "127.0.0.1".into()
+}
+
+fn default_port() -> u16 {
+    3306
+}
+
+fn default_heartbeat_secs() -> u64 {
+    2
+}
+
+fn default_connect_timeout_secs() -> u64 {
+    10
+}
+
+impl SourceConfig {
+    /// Reads the password from the configured environment variable or file.
+    pub fn password(&self) -> Result<Option<Secret>, SecretError> {
+        crate::secret::resolve(
+            self.password_env.as_deref(),
+            self.password_file.as_deref(),
+            "source.password",
+        )
+    }
+
+    /// What is wrong with these settings, if anything.
+    pub fn check(&self) -> Result<(), String> {
+        if self.server_id == 0 {
+            return Err(
+                "source.server_id must be non-zero and unique among the server's replicas".into(),
+            );
+        }
+        if matches!(self.tls_mode, TlsMode::VerifyCa | TlsMode::VerifyIdentity)
+            && self.tls_ca_file.is_none()
+        {
+            return Err(
+                "source.tls_mode verify_ca / verify_identity needs source.tls_ca_file".into(),
+            );
+        }
+        if self.password_env.is_some() && self.password_file.is_some() {
+            return Err("set only one of source.password_env and source.password_file".into());
+        }
+        Ok(())
+    }
+
+    /// Heartbeat period the server is asked for.
+    pub fn heartbeat(&self) -> Duration {
+        Duration::from_secs(self.heartbeat_secs.max(1))
+    }
+}
+
+fn default_server_id_conflicts_max() -> u32 {
+    5
+}
