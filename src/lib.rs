@@ -3,18 +3,27 @@
 //! It tails a MySQL / MariaDB binlog as a replica, turns every committed INSERT on an
 //! outbox table into a Kafka record, and durably checkpoints how far it got.
 //!
-//! The modules follow the data flow:
+//! The modules follow the data flow; each stage's folder holds its settings
+//! (`config.rs`) beside its runtime, and only acknowledgements run back against it:
 //!
 //! ```text
+//! position/    where in a binlog: Position, GTID states, TableName (shared by all)
 //! source/      binlog stream → committed transactions with end positions
-//! outbox/      row → OutboxEvent (column mapping, what is ignored, what is invalid)
-//! route        OutboxEvent → Kafka record (topic template, key, headers, value)
-//! sink/        Kafka producer (idempotent, acks=all) or stdout for dry runs
-//! checkpoint/  durable store of the last fully acknowledged position
-//! pipeline     wiring: bounded channels, in-flight window, ordered acks, restarts
-//! monitor/     counters and health (beside the flow)
-//! config       typed TOML configuration
+//!              (config, connect, reader, boundary, server queries, table snapshots)
+//! outbox/      row → OutboxEvent (column mapping, rules, what is ignored or invalid)
+//! route/       OutboxEvent → Kafka record (topic, key, headers, JSON / Avro value)
+//! sink/        Kafka producer (idempotent, acks=all, delivery proof, topics) or stdout
+//! checkpoint/  durable store of the last fully acknowledged position, and its writer
+//! pipeline/    the wiring: start position, read loop, acker (the acknowledgement
+//!              path back from the sink to the checkpoint), supervisor and restarts
+//! monitor/     beside the flow: metrics, progress, status verdict, HTTP endpoints
+//! config       the file: the stages' sections composed, loaded, checked
+//! recover, validate, import   operator commands built from the stages
 //! ```
+//!
+//! Imports follow the arrows: a stage uses earlier stages' types and `monitor` (which
+//! uses none of the later ones); `pipeline` and the commands use everything; nothing
+//! imports `pipeline` but the commands.
 
 /// Aborts the process at a named fault-injection point when the `FAILPOINTS`
 /// environment variable enables it, like a `kill -9` there. Compiled in only with the

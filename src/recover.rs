@@ -62,11 +62,7 @@ pub async fn recover(
                 - opts.margin.as_secs() as i64
                 - opts.longest_transaction.as_secs() as i64
         }
-        _ => {
-            return Err(PipelineError::Config(
-                "the checkpoint has no commit time to recover from: pass --since UNIX_SECONDS (when the router last ran, minus a margin)".into(),
-            ))
-        }
+        _ => return Err(PipelineError::RecoverWithoutTime),
     };
     let mut conn = source::connect(&config.source).await?;
     let flavor = server::flavor(&mut conn).await?;
@@ -84,10 +80,11 @@ pub async fn recover(
     let since = Some((opts.timestamp_column.as_str(), since_secs));
     let events = republish(config, &mut conn, since, &resume_at, &sink).await?;
     if events == 0 && !opts.dry_run && !opts.allow_empty {
-        return Err(PipelineError::Config(format!(
-            "no outbox row was written since unix time {since_secs} (column {}): moving the checkpoint to {resume_at} would pass over the purged binlog with nothing re-published.\n  Check --since / --timestamp-column (and --dry-run to see the counts); if the outbox really had no writes then, repeat with --allow-empty",
-            opts.timestamp_column
-        )));
+        return Err(PipelineError::RecoverFoundNothing {
+            since: since_secs,
+            column: opts.timestamp_column.clone(),
+            resume_at: resume_at.to_string(),
+        });
     }
     if !opts.dry_run {
         CheckpointStore::create(&config.checkpoint.dir)?

@@ -28,7 +28,7 @@ pub enum CheckpointError {
     Read { dir: PathBuf, source: sled::Error },
     #[error("checkpoint in {dir} is unreadable: {source}; refusing to start from scratch — inspect it with `checkpoint show`, or `checkpoint set`/`reset` deliberately")]
     Corrupt { dir: PathBuf, source: RecordError },
-    #[error("no checkpoint store in {dir}: a first start must be explicit, so a lost store (an unmounted volume, a changed path) cannot silently start over and skip everything since its checkpoint.\n  First start: outbox-router -c CONFIG checkpoint init (or run --init)\n  Ran before? Point checkpoint.dir at the store it used")]
+    #[error("no checkpoint store in {dir}: a first start must be explicit, so a lost store (an unmounted volume, a changed path) cannot silently start over and skip everything since its checkpoint; first start: outbox-router -c CONFIG checkpoint init (or run --init); ran before: point checkpoint.dir at the store it used")]
     Missing { dir: PathBuf },
     #[error("cannot write checkpoint to {dir}: {source}")]
     Write { dir: PathBuf, source: sled::Error },

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
 #[command(
@@ -49,28 +49,7 @@ pub(crate) enum Command {
     Validate,
     /// After a purge (exit code 3): re-publish outbox rows that may have committed after
     /// the checkpoint, with their original event ids, and move the checkpoint to now.
-    Recover {
-        /// DATETIME/TIMESTAMP column saying when a row was written
-        /// [default: outbox.columns.timestamp, else created_at].
-        #[arg(long)]
-        timestamp_column: Option<String>,
-        /// Seconds of slack before the checkpoint's commit time (clocks, time zones).
-        #[arg(long, default_value_t = 600)]
-        margin_secs: u64,
-        /// The longest your transactions stay open: a row's timestamp is its INSERT's
-        /// time, its COMMIT may come this much later.
-        #[arg(long, default_value_t = 3600)]
-        longest_transaction_secs: u64,
-        /// Re-publish rows written from this unix time on, instead of checkpoint − margins.
-        #[arg(long)]
-        since: Option<i64>,
-        /// Count the rows that would be re-published; send nothing, keep the checkpoint.
-        #[arg(long)]
-        dry_run: bool,
-        /// Move the checkpoint even when no row is in the window.
-        #[arg(long)]
-        allow_empty: bool,
-    },
+    Recover(RecoverArgs),
     /// Checkpoint, server position, lag, retention runway and a verdict; works whether the
     /// router runs or not. Exit 0 ok, 1 warning, 2 critical, 3 unknown.
     Status {
@@ -124,4 +103,29 @@ pub(crate) enum CheckpointAction {
         #[arg(long)]
         yes: bool,
     },
+}
+
+/// `recover`'s flags.
+#[derive(Args)]
+pub(crate) struct RecoverArgs {
+    /// DATETIME/TIMESTAMP column saying when a row was written
+    /// [default: outbox.columns.timestamp, else created_at].
+    #[arg(long)]
+    pub(crate) timestamp_column: Option<String>,
+    /// Seconds of slack before the checkpoint's commit time (clocks, time zones).
+    #[arg(long, default_value_t = 600)]
+    pub(crate) margin_secs: u64,
+    /// The longest your transactions stay open: a row's timestamp is its INSERT's
+    /// time, its COMMIT may come this much later.
+    #[arg(long, default_value_t = 3600)]
+    pub(crate) longest_transaction_secs: u64,
+    /// Re-publish rows written from this unix time on, instead of checkpoint − margins.
+    #[arg(long)]
+    pub(crate) since: Option<i64>,
+    /// Count the rows that would be re-published; send nothing, keep the checkpoint.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Move the checkpoint even when no row is in the window.
+    #[arg(long)]
+    pub(crate) allow_empty: bool,
 }

@@ -46,24 +46,7 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<ExitCode> {
             detect_hours,
             repair_hours,
         } => status::run(&config, json, detect_hours, repair_hours).await,
-        Command::Recover {
-            timestamp_column,
-            margin_secs,
-            longest_transaction_secs,
-            since,
-            dry_run,
-            allow_empty,
-        } => {
-            let opts = recover::Options {
-                timestamp_column,
-                margin_secs,
-                longest_transaction_secs,
-                since,
-                dry_run,
-                allow_empty,
-            };
-            recover::run(&config, opts).await
-        }
+        Command::Recover(args) => recover::run(&config, args).await,
         Command::Checkpoint { action } => checkpoint::run(&config, action),
     }
 }

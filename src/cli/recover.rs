@@ -4,21 +4,12 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
+use super::args::RecoverArgs;
 use outbox_router::config::Config;
 use outbox_router::recover::{recover, RecoverOptions};
 
-/// The command's flags.
-pub(super) struct Options {
-    pub timestamp_column: Option<String>,
-    pub margin_secs: u64,
-    pub longest_transaction_secs: u64,
-    pub since: Option<i64>,
-    pub dry_run: bool,
-    pub allow_empty: bool,
-}
-
 /// Re-publishes (or, dry, counts) and reports.
-pub(super) async fn run(config: &Config, opts: Options) -> Result<ExitCode> {
+pub(super) async fn run(config: &Config, opts: RecoverArgs) -> Result<ExitCode> {
     let recover_opts = RecoverOptions {
         timestamp_column: opts
             .timestamp_column

@@ -15,24 +15,49 @@ pub enum PipelineError {
     #[error(transparent)]
     Sink(#[from] SinkError),
     // Not a `source`: the message already contains it, and error chains would repeat it.
-    #[error("{0}\n  the checkpoint stays before this transaction; fix the row's data or the column mapping, then restart")]
+    #[error("{0}; the checkpoint stays before this transaction: fix the row's data or the column mapping, then restart")]
     Invalid(InvalidEvent),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
     Avro(#[from] AvroError),
-    #[error("the server is not configured for row-based CDC:\n  {0}")]
-    Settings(String),
+    #[error("the server is not configured for row-based CDC: {}", problems.join("; "))]
+    ServerSettings { problems: Vec<String> },
+    #[error("outbox changes never reach the binlog: {}; remove the filter from the server's configuration (binlog_do_db / binlog_ignore_db) and restart it", filters.join("; "))]
+    BinlogFiltered { filters: Vec<String> },
+    #[error("outbox table(s) not on the server: {}; names are case-sensitive and must exist before the router starts: fix outbox.tables (or use a pattern such as \"tenant_*.outbox\" for tables created later)", tables.join("; "))]
+    OutboxTablesMissing { tables: Vec<String> },
+    #[error("{count} XA transaction(s) are prepared on the server (XA RECOVER) and not yet committed: their rows are logged at PREPARE, before this first start's position, and would never be published when they commit; commit or roll them back first, or start earlier (source.start = \"FILE:OFFSET\" before their PREPARE)")]
+    PreparedXa { count: u64 },
+    #[error("source.resume_by = \"gtid\" but checkpoint {checkpoint} has no GTID state: use resume_by = \"auto\" or \"position\"")]
+    NoGtidToResumeBy { checkpoint: String },
     #[error("{0}")]
-    Config(String),
+    Rules(String),
+    #[error("value.format = \"avro\" encodes the payload alone; it cannot be combined with envelope placements (table.fields.additional.placement …:envelope)")]
+    AvroWithEnvelope,
+    #[error("cannot listen on monitor.listen {addr}: {source}")]
+    MonitorListen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("source.snapshot = \"initial\" needs MariaDB's binlog_snapshot_file/position (not available on this server): use snapshot = \"never\" and `recover --since` for the rows already there")]
+    SnapshotUnsupported,
+    #[error("the checkpoint has no commit time to recover from: pass --since UNIX_SECONDS (when the router last ran, minus a margin)")]
+    RecoverWithoutTime,
+    #[error("no outbox row was written since unix time {since} (column {column}): moving the checkpoint to {resume_at} would pass over the purged binlog with nothing re-published; check --since / --timestamp-column (and --dry-run to see the counts); if the outbox really had no writes then, repeat with --allow-empty")]
+    RecoverFoundNothing {
+        since: i64,
+        column: String,
+        resume_at: String,
+    },
     #[error("another replica with source.server_id = {server_id} took the binlog stream {times} times within {window_mins} minutes: two routers (or a router and a replica) share the id; give each its own source.server_id and restart")]
     ServerIdConflicts {
         server_id: u32,
         times: usize,
         window_mins: u64,
     },
-    #[error("internal error: {0}")]
-    Internal(String),
+    #[error("the router's {task} task ended unexpectedly: {reason} (a bug: please report it with the log)")]
+    TaskFailed { task: &'static str, reason: String },
 }
 
 impl From<RegistryError> for PipelineError {

@@ -76,8 +76,9 @@ pub async fn run(
     if let Some(addr) = config.monitor.listen_addr() {
         crate::monitor::serve(addr, metrics.clone(), monitor_stop.clone())
             .await
-            .map_err(|e| {
-                PipelineError::Config(format!("cannot listen on monitor.listen {addr}: {e}"))
+            .map_err(|source| PipelineError::MonitorListen {
+                addr: addr.to_string(),
+                source,
             })?;
     }
     let watcher = crate::monitor::watch(
@@ -96,7 +97,7 @@ pub async fn run(
     let supervised = supervise(&ctx);
     let result = tokio::select! {
         r = supervised => r,
-        _ = watcher => Err(PipelineError::Internal("monitor stopped unexpectedly".into())),
+        _ = watcher => Err(PipelineError::TaskFailed { task: "monitor", reason: "it returned".into() }),
     };
     monitor_stop.cancel();
     if let Some(dir) = scratch {
@@ -219,8 +220,9 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let flavor = server::flavor(&mut conn).await?;
     let problems = server::settings_problems(&mut conn).await?;
     if !problems.is_empty() {
-        let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        return Err(PipelineError::Settings(text.join("\n  ")));
+        return Err(PipelineError::ServerSettings {
+            problems: problems.iter().map(ToString::to_string).collect(),
+        });
     }
     let tables = config.table_patterns();
     start::check_outbox_tables(&mut conn, &tables, metrics).await?;
@@ -268,9 +270,10 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     );
     let acked = acker.run(&sink, rx, config, &stop_reading).await;
     stop_reading.cancel();
-    let read = reader_task
-        .await
-        .map_err(|e| PipelineError::Internal(format!("reader task failed: {e}")))?;
+    let read = reader_task.await.map_err(|e| PipelineError::TaskFailed {
+        task: "reader",
+        reason: e.to_string(),
+    })?;
     // A delivery failure explains a reader stop, not the other way round.
     acked?;
     read

@@ -18,14 +18,10 @@ use crate::source::{BinlogReader, Transaction};
 /// The outbox and route stages, as configured (schemas loaded and, with a registry,
 /// registered).
 pub(crate) async fn stages(config: &Config) -> Result<(Mapper, Router), PipelineError> {
-    let rules = std::sync::Arc::new(config.rules().map_err(PipelineError::Config)?);
+    let rules = std::sync::Arc::new(config.rules().map_err(PipelineError::Rules)?);
     let avro = match config.value.format {
         ValueFormat::Json => None,
-        ValueFormat::Avro if rules.has_envelope() => {
-            return Err(PipelineError::Config(
-                "value.format = \"avro\" encodes the payload alone; it cannot be combined with envelope placements (table.fields.additional.placement …:envelope)".into(),
-            ))
-        }
+        ValueFormat::Avro if rules.has_envelope() => return Err(PipelineError::AvroWithEnvelope),
         ValueFormat::Avro => Some(std::sync::Arc::new(AvroValues::load(&config.value).await?)),
     };
     let mapper = Mapper::new(rules.clone());

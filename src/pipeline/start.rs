@@ -28,9 +28,9 @@ pub(super) async fn start_position(
     if config.source.start != StartFrom::Earliest || config.source.snapshot != SnapshotMode::Never {
         let prepared = server::prepared_xa(conn).await?;
         if prepared > 0 {
-            return Err(PipelineError::Config(format!(
-                "{prepared} XA transaction(s) are prepared on the server (XA RECOVER) and not yet committed: their rows are logged at PREPARE, before this first start's position, and would never be published when they commit.\n  Commit or roll them back first, or start earlier (source.start = \"FILE:OFFSET\" before their PREPARE)"
-            )));
+            return Err(PipelineError::PreparedXa {
+                count: prepared as u64,
+            });
         }
     }
     // The server's clock just before the position is taken: every transaction after the
@@ -74,9 +74,9 @@ pub(super) async fn resume_by_gtid(
             }
         }
         ResumeBy::Gtid if start.gtid.is_empty() => {
-            return Err(PipelineError::Config(format!(
-                "source.resume_by = \"gtid\" but checkpoint {start} has no GTID state"
-            )))
+            return Err(PipelineError::NoGtidToResumeBy {
+                checkpoint: start.to_string(),
+            })
         }
         ResumeBy::Gtid => true,
     };
@@ -98,10 +98,9 @@ pub(super) async fn check_outbox_tables(
 ) -> Result<(), PipelineError> {
     let found = server::outbox_tables(conn, tables).await?;
     if !found.hidden_by_filters.is_empty() {
-        return Err(PipelineError::Settings(format!(
-            "outbox changes never reach the binlog: {}; remove the filter from the server's configuration (binlog_do_db / binlog_ignore_db) and restart it",
-            found.hidden_by_filters.join("; ")
-        )));
+        return Err(PipelineError::BinlogFiltered {
+            filters: found.hidden_by_filters,
+        });
     }
     metrics.set_unmatched_patterns(found.unmatched_patterns.len());
     for pattern in &found.unmatched_patterns {
@@ -110,7 +109,7 @@ pub(super) async fn check_outbox_tables(
     if found.missing.is_empty() {
         return Ok(());
     }
-    let text: Vec<String> = found
+    let tables: Vec<String> = found
         .missing
         .iter()
         .map(|(name, like)| {
@@ -122,8 +121,5 @@ pub(super) async fn check_outbox_tables(
             format!("{name} ({hint})")
         })
         .collect();
-    Err(PipelineError::Config(format!(
-        "outbox table(s) not on the server: {}.\n  Names are case-sensitive and must exist before the router starts; fix outbox.tables (or use a pattern such as \"tenant_*.outbox\" for tables created later)",
-        text.join("; ")
-    )))
+    Err(PipelineError::OutboxTablesMissing { tables })
 }

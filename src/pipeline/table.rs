@@ -98,17 +98,18 @@ pub async fn initial_snapshot(config: &Config, sink: &Sink) -> Result<Position, 
     };
     let (Some(file), Some(offset)) = (get("binlog_snapshot_file"), get("binlog_snapshot_position"))
     else {
-        return Err(PipelineError::Config(
-            "source.snapshot = \"initial\" needs MariaDB's binlog_snapshot_file/position (not available on this server)".into(),
-        ));
+        return Err(PipelineError::SnapshotUnsupported);
     };
+    // The server's own answer: if it does not parse, it answered unexpectedly.
+    let unexpected =
+        |what: String| source::SourceError::Unexpected(format!("binlog_snapshot_{what}"));
     let position = Position::new(
-        BinlogFile::new(file).map_err(|e| PipelineError::Internal(e.to_string()))?,
+        BinlogFile::new(file).map_err(|e| unexpected(format!("file: {e}")))?,
         offset
             .parse()
-            .map_err(|_| PipelineError::Internal(format!("binlog_snapshot_position {offset:?}")))?,
+            .map_err(|_| unexpected(format!("position {offset:?}")))?,
     )
-    .map_err(|e| PipelineError::Internal(e.to_string()))?;
+    .map_err(|e| unexpected(format!("position: {e}")))?;
     let events = republish(config, &mut conn, None, &position, sink).await?;
     conn.query_drop("COMMIT").await.map_err(q("COMMIT"))?;
     tracing::info!(%position, events, "initial snapshot published");

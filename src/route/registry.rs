@@ -18,7 +18,7 @@ pub enum RegistryError {
         subject: String,
         reason: String,
     },
-    #[error("schema registry {url} refused the schema for subject {subject:?}: {reason}\n  (an incompatible schema under the subject's compatibility rule, or missing rights: fix the registry or the schema, then start again)")]
+    #[error("schema registry {url} refused the schema for subject {subject:?}: {reason} (an incompatible schema under the subject's compatibility rule, or missing rights: fix the registry or the schema, then start again)")]
     Refused {
         url: String,
         subject: String,

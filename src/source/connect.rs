@@ -37,19 +37,19 @@ pub enum SourceError {
     ReadTimeout { position: String, secs: u64 },
     #[error("cannot decode binlog event at {position}: {reason}")]
     Decode { position: String, reason: String },
-    #[error("binlog position {needed} is no longer on the server (oldest binlog it has: {oldest}); the events after it were purged before the router read them.\n  Recover them from the outbox table, keeping their event ids: outbox-router -c CONFIG recover\n  (then start the router again). Never jump the checkpoint forward by hand: that skips events.")]
+    #[error("binlog position {needed} is no longer on the server (oldest binlog it has: {oldest}); the events after it were purged before the router read them; recover them from the outbox table, keeping their event ids: outbox-router -c CONFIG recover (then start the router again); never jump the checkpoint forward by hand: that skips events")]
     Purged { needed: String, oldest: String },
-    #[error("binlog event at {position} cannot be accounted for: {reason}; the router stops rather than risk skipping outbox rows.\n  Check the server's settings (`outbox-router validate`); after deciding it holds no outbox rows, move past it with `checkpoint set`")]
+    #[error("binlog event at {position} cannot be accounted for: {reason}; the router stops rather than risk skipping outbox rows; check the server's settings (`outbox-router validate`); after deciding it holds no outbox rows, move past it with `checkpoint set`")]
     Unaccountable { position: String, reason: String },
-    #[error("outbox table {table} changed by a statement-logged {statement:?} at {position} (binlog_format=STATEMENT or MIXED in that session): the binlog holds no rows to publish.\n  Set binlog_format=ROW globally and for every writer session; recover these rows with `outbox-router recover`")]
+    #[error("outbox table {table} changed by a statement-logged {statement:?} at {position} (binlog_format=STATEMENT or MIXED in that session): the binlog holds no rows to publish; set binlog_format=ROW globally and for every writer session; recover these rows with `outbox-router recover`")]
     StatementLogged {
         table: String,
         position: String,
         statement: String,
     },
-    #[error("rows of outbox table {table} in a transaction that ended in ROLLBACK at {position}: they never committed and are not published, but their transaction also changed non-transactional tables, which the outbox pattern cannot make atomic.\n  Keep the outbox and the business tables on InnoDB; after checking, move past it with `checkpoint set`")]
+    #[error("rows of outbox table {table} in a transaction that ended in ROLLBACK at {position}: they never committed and are not published, but their transaction also changed non-transactional tables, which the outbox pattern cannot make atomic; keep the outbox and the business tables on InnoDB; after checking, move past it with `checkpoint set`")]
     RolledBack { table: String, position: String },
-    #[error("the server refused to stream from {position} (error {code}: {message}).\n  {fix}")]
+    #[error("the server refused to stream from {position} (error {code}: {message}): {fix}")]
     Refused {
         position: String,
         code: u16,
@@ -58,6 +58,12 @@ pub enum SourceError {
     },
     #[error("another replica with this source.server_id took the binlog stream at {position} (the server says: {message}): give every router and replica its own server_id")]
     ServerIdConflict { position: String, message: String },
+    #[error("checkpoint position {position} is beyond the end of {file} ({size} bytes) on this server: the checkpoint does not belong to this server; point source.host at the server it came from, or move it deliberately with `checkpoint set`")]
+    ForeignPosition {
+        position: String,
+        file: String,
+        size: u64,
+    },
     #[error("server answered unexpectedly: {0}")]
     Unexpected(String),
     #[error(transparent)]
@@ -81,6 +87,7 @@ impl SourceError {
             | SourceError::RolledBack { .. }
             | SourceError::Refused { .. }
             | SourceError::Purged { .. }
+            | SourceError::ForeignPosition { .. }
             | SourceError::Unexpected(_)
             | SourceError::Password(_) => false,
         }

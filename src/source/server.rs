@@ -26,7 +26,7 @@ pub struct Problem {
 
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}\n    fix: {}", self.what, self.fix)
+        write!(f, "{} (fix: {})", self.what, self.fix)
     }
 }
 
@@ -212,14 +212,18 @@ pub async fn settings_problems(conn: &mut Conn) -> Result<Vec<Problem>, SourceEr
 pub async fn ensure_available(conn: &mut Conn, position: &Position) -> Result<(), SourceError> {
     let logs = binary_logs(conn).await?;
     match logs.iter().find(|l| l.file == position.file) {
-        Some(l) if position.offset > l.size => Err(SourceError::Unexpected(format!(
-            "position {position} is beyond the end of {} ({} bytes): the checkpoint does not belong to this server",
-            l.file, l.size
-        ))),
+        Some(l) if position.offset > l.size => Err(SourceError::ForeignPosition {
+            position: position.to_string(),
+            file: l.file.to_string(),
+            size: l.size,
+        }),
         Some(_) => Ok(()),
         None => Err(SourceError::Purged {
             needed: position.to_string(),
-            oldest: logs.first().map(|l| l.file.to_string()).unwrap_or_else(|| "none".into()),
+            oldest: logs
+                .first()
+                .map(|l| l.file.to_string())
+                .unwrap_or_else(|| "none".into()),
         }),
     }
 }

@@ -66,14 +66,7 @@ async fn kafka_sasl_plain_through_passed_properties() {
     let _settings = SERVER_SETTINGS.read().await;
     let (mut conn, mut setup) = fresh("sasl").await;
     let db = setup.db.clone();
-    let sasl_port: u16 = kafka_bootstrap()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse::<u16>()
-        .unwrap()
-        + 2;
-    setup.kafka_bootstrap = format!("127.0.0.1:{sasl_port}");
+    setup.kafka_bootstrap = kafka_sasl_bootstrap();
     let sasl = |password: &str| {
         vec![
             (

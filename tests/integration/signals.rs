@@ -185,14 +185,7 @@ async fn topic_creation_denied_stops_naming_the_topic() {
     let _settings = SERVER_SETTINGS.read().await;
     let (mut conn, mut setup) = fresh("signals_acl").await;
     let db = setup.db.clone();
-    let sasl_port = kafka_bootstrap()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse::<u16>()
-        .unwrap()
-        + 2;
-    setup.kafka_bootstrap = format!("127.0.0.1:{sasl_port}");
+    setup.kafka_bootstrap = kafka_sasl_bootstrap();
     setup.kafka_properties = [
         ("security.protocol", "SASL_PLAINTEXT"),
         ("sasl.mechanism", "PLAIN"),

@@ -50,6 +50,18 @@ fn monitor_port() -> u16 {
     20_000 + ((std::process::id() % 100) * 100 + n) as u16 % 12_000
 }
 
+/// The local broker's SASL/PLAIN listener (users admin, alice, carol).
+pub fn kafka_sasl_bootstrap() -> String {
+    let port: u16 = kafka_bootstrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse::<u16>()
+        .unwrap()
+        + 2;
+    format!("127.0.0.1:{port}")
+}
+
 /// A connection as the `app` user, who may write and change global settings.
 pub async fn app_conn() -> Conn {
     app_conn_at(mariadb_port()).await
