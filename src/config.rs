@@ -11,7 +11,7 @@ use crate::checkpoint::CheckpointConfig;
 use crate::monitor::MonitorConfig;
 use crate::outbox::OutboxConfig;
 use crate::route::{RouteConfig, ValueConfig};
-use crate::sink::KafkaConfig;
+use crate::sink::{DeliveryConfig, KafkaConfig};
 use crate::source::SourceConfig;
 
 /// Why the configuration could not be loaded.
@@ -45,6 +45,9 @@ pub struct Config {
     /// Kafka producer settings.
     #[serde(default)]
     pub kafka: KafkaConfig,
+    /// At-least-once (default) or exactly-once delivery.
+    #[serde(default)]
+    pub delivery: DeliveryConfig,
     /// Where and how often progress is stored.
     pub checkpoint: CheckpointConfig,
     /// In-flight limits and shutdown deadline.
@@ -132,6 +135,7 @@ impl Config {
         self.source.check()?;
         self.pipeline.check()?;
         self.kafka.check()?;
+        self.delivery.check()?;
         self.monitor.check()?;
         // The dead-letter topic is the outbox's setting, checked by the route's rules.
         crate::route::check_topic(&self.outbox.dead_letter_topic)

@@ -72,8 +72,11 @@ pub async fn recover(
     let sink = if opts.dry_run {
         Sink::Null
     } else {
+        // Re-published rows go out at least once (same event ids); the checkpoint it
+        // writes is newer than the last commit marker, so exactly-once mode resumes there.
         Sink::Kafka(KafkaSink::new(
             &config.kafka,
+            &crate::sink::DeliveryConfig::default(),
             &crate::monitor::Metrics::default(),
         )?)
     };

@@ -74,6 +74,7 @@ struct Inner {
     events_ignored: Family<Labels, Counter>,
     events_invalid: Family<Labels, Counter>,
     checkpoint_writes: Counter,
+    kafka_transactions: Counter,
     restarts: Family<Labels, Counter>,
     restarts_total: AtomicU64,
     server_id_conflicts: Counter,
@@ -138,6 +139,7 @@ impl Default for Metrics {
             events_ignored: reg!("events_ignored", "Outbox rows ignored, by reason (update, delete)", Family::default()),
             events_invalid: reg!("events_invalid", "Outbox rows that could not be records, by policy (fail, dead-letter, skip)", Family::default()),
             checkpoint_writes: reg!("checkpoint_writes", "Durable checkpoint writes", Counter::default()),
+            kafka_transactions: reg!("kafka_transactions", "Kafka transactions committed (exactly-once mode), each with its checkpoint marker", Counter::default()),
             restarts: reg!("restarts", "Pipeline restarts after transient errors, by reason", Family::default()),
             restarts_total: AtomicU64::new(0),
             server_id_conflicts: reg!("server_id_conflicts", "Times another replica with this source.server_id took the binlog stream (MariaDB 4052, MySQL 1236)", Counter::default()),
@@ -282,6 +284,10 @@ impl Metrics {
             .get_or_create(&vec![("reason", reason.as_str().to_string())])
             .inc();
         self.0.restarts_total.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Counts a committed Kafka transaction.
+    pub fn kafka_transaction_committed(&self) {
+        self.0.kafka_transactions.inc();
     }
     /// Counts a server-id conflict; returns how many there were.
     pub fn server_id_conflict(&self) -> u64 {

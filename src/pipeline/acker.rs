@@ -30,6 +30,51 @@ pub(super) struct Acker<'a> {
     writer: CheckpointWriter,
 }
 
+/// Deliveries in commit order.
+type InFlight = FuturesOrdered<futures::future::BoxFuture<'static, Completed>>;
+
+/// Exactly-once mode's Kafka transaction: when it opened and how much it holds.
+struct OpenTransaction {
+    is_open: bool,
+    opened_at: Instant,
+    records: usize,
+    max_records: usize,
+    max_age: Duration,
+}
+
+impl OpenTransaction {
+    fn new(config: &Config) -> Self {
+        Self {
+            is_open: false,
+            opened_at: Instant::now(),
+            records: 0,
+            max_records: config.delivery.commit_max_records,
+            max_age: Duration::from_millis(config.delivery.commit_max_ms.max(1)),
+        }
+    }
+
+    /// Opens one unless one is open.
+    fn open(&mut self, sink: &Sink) -> Result<(), PipelineError> {
+        if !self.is_open {
+            sink.begin()?;
+            self.is_open = true;
+            self.opened_at = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// Time to commit: full, or old enough.
+    fn due(&self) -> bool {
+        self.is_open
+            && (self.records >= self.max_records || self.opened_at.elapsed() >= self.max_age)
+    }
+
+    fn committed(&mut self) {
+        self.is_open = false;
+        self.records = 0;
+    }
+}
+
 /// A transaction whose delivery finished, one way or the other.
 struct Completed {
     /// Where its transaction ends: the checkpoint once it is acknowledged.
@@ -67,6 +112,11 @@ impl<'a> Acker<'a> {
 
     /// Sends batches and advances the watermark until the channel closes or a delivery
     /// fails; then drains what is in flight (bounded) and writes the final checkpoint.
+    ///
+    /// In exactly-once mode the batches go into Kafka transactions of up to
+    /// `delivery.commit_max_records` records / `commit_max_ms`; each commits with the
+    /// checkpoint of its last binlog transaction as its marker, and only a committed
+    /// watermark reaches the store.
     pub(super) async fn run(
         mut self,
         sink: &Sink,
@@ -75,10 +125,16 @@ impl<'a> Acker<'a> {
         stop_reading: &CancellationToken,
     ) -> Result<(), PipelineError> {
         let max_in_flight = config.pipeline.max_in_flight;
-        let mut in_flight: FuturesOrdered<futures::future::BoxFuture<'static, Completed>> =
-            FuturesOrdered::new();
+        let mut in_flight: InFlight = FuturesOrdered::new();
         let mut in_flight_records = 0usize;
-        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        let mut txn = sink
+            .is_transactional()
+            .then(|| OpenTransaction::new(config));
+        let tick_every = match &txn {
+            Some(t) => t.max_age.min(Duration::from_millis(200)),
+            None => Duration::from_millis(200),
+        };
+        let mut tick = tokio::time::interval(tick_every);
         let mut failure: Option<PipelineError> = None;
         loop {
             tokio::select! {
@@ -92,6 +148,13 @@ impl<'a> Acker<'a> {
                 }
                 batch = rx.recv(), if in_flight_records < max_in_flight => {
                     let Some(batch) = batch else { break };
+                    if let Some(t) = &mut txn {
+                        if let Err(e) = t.open(sink) {
+                            failure = Some(e);
+                            break;
+                        }
+                        t.records += batch.records.len();
+                    }
                     let n = batch.records.len();
                     let (end, commit_time_ms, routed_at) = (batch.end, batch.commit_time_ms, batch.routed_at);
                     let records_topics = topics_of(&batch.records);
@@ -115,7 +178,19 @@ impl<'a> Acker<'a> {
                     }
                 }
             }
-            self.publish();
+            match &mut txn {
+                None => self.publish(),
+                Some(t) if t.due() => {
+                    if let Err(e) = self
+                        .commit(sink, t, &mut in_flight, &mut in_flight_records)
+                        .await
+                    {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+                Some(_) => {}
+            }
         }
         // Stop reading first, then wait for what Kafka already has, so a restart does
         // not race the old producer's last deliveries.
@@ -124,6 +199,7 @@ impl<'a> Acker<'a> {
         let deadline = Duration::from_secs(config.pipeline.shutdown_timeout_secs);
         let drained = tokio::time::timeout(deadline, async {
             while let Some(done) = in_flight.next().await {
+                in_flight_records -= done.records;
                 if failure.is_none() {
                     if let Err(e) = self.complete(done) {
                         failure = Some(e);
@@ -139,13 +215,53 @@ impl<'a> Acker<'a> {
                 "records still unacknowledged at the deadline; they will be sent again after restart"
             );
         }
-        self.publish();
+        match &mut txn {
+            None => self.publish(),
+            // Everything delivered: the last transaction commits like any other.
+            Some(t) if t.is_open && failure.is_none() && drained.is_ok() => {
+                if let Err(e) = self
+                    .commit(sink, t, &mut in_flight, &mut in_flight_records)
+                    .await
+                {
+                    failure = Some(e);
+                }
+            }
+            // Nothing of an unfinished transaction becomes visible.
+            Some(t) if t.is_open => sink.abort(),
+            Some(_) => {}
+        }
         let written = self.writer.finish().await;
         match (failure, written) {
             (Some(e), _) => Err(e),
             (None, Err(e)) => Err(e.into()),
             (None, Ok(())) => Ok(()),
         }
+    }
+
+    /// Waits for every record of the open Kafka transaction, then commits it with the
+    /// watermark as its marker; the store gets the watermark once Kafka has it.
+    async fn commit(
+        &mut self,
+        sink: &Sink,
+        txn: &mut OpenTransaction,
+        in_flight: &mut InFlight,
+        in_flight_records: &mut usize,
+    ) -> Result<(), PipelineError> {
+        while let Some(done) = in_flight.next().await {
+            *in_flight_records -= done.records;
+            if let Err(e) = self.complete(done) {
+                sink.abort();
+                return Err(e);
+            }
+        }
+        crash_point!("txn.before_commit");
+        let marker = Checkpoint::new(self.watermark.clone(), self.watermark_commit_ms);
+        sink.commit(marker.encode()).await?;
+        crash_point!("txn.after_commit");
+        txn.committed();
+        self.metrics.kafka_transaction_committed();
+        self.publish();
+        Ok(())
     }
 
     fn complete(&mut self, done: Completed) -> Result<(), PipelineError> {

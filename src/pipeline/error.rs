@@ -56,6 +56,12 @@ pub enum PipelineError {
         times: usize,
         window_mins: u64,
     },
+    #[error("the commit marker of {key} on {topic} is unreadable: {reason}; inspect the topic, then move the checkpoint deliberately with `checkpoint set` and delete the record")]
+    BadMarker {
+        topic: String,
+        key: String,
+        reason: String,
+    },
     #[error("the router's {task} task ended unexpectedly: {reason} (a bug: please report it with the log)")]
     TaskFailed { task: &'static str, reason: String },
 }

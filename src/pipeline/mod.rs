@@ -227,7 +227,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let tables = config.table_patterns();
     start::check_outbox_tables(&mut conn, &tables, metrics).await?;
     let sink = match sink_kind {
-        SinkKind::Kafka => Sink::Kafka(KafkaSink::new(&config.kafka, metrics)?),
+        SinkKind::Kafka => Sink::Kafka(KafkaSink::new(&config.kafka, &config.delivery, metrics)?),
         SinkKind::Stdout => Sink::Stdout(StdoutSink),
         SinkKind::Null => Sink::Null,
     };

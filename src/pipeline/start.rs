@@ -22,7 +22,18 @@ pub(super) async fn start_position(
     flavor: server::Flavor,
     sink: &Sink,
 ) -> Result<Checkpoint, PipelineError> {
-    if let Some(cp) = store.load()? {
+    let local = store.load()?;
+    let committed = match sink.is_transactional() {
+        true => committed_marker(config).await?,
+        false => None,
+    };
+    // In exactly-once mode the commit marker is the truth and the store a cache written
+    // after it; the store is newer only after an operator's `recover` / `checkpoint set`.
+    let newest = match (local, committed) {
+        (Some(l), Some(k)) if l.written_at_ms > k.written_at_ms => Some(l),
+        (l, k) => k.or(l),
+    };
+    if let Some(cp) = newest {
         return Ok(cp);
     }
     if config.source.start != StartFrom::Earliest || config.source.snapshot != SnapshotMode::Never {
@@ -53,6 +64,23 @@ pub(super) async fn start_position(
     store.save(&checkpoint)?;
     info!(%position, start = ?config.source.start, snapshot = ?config.source.snapshot, "no checkpoint yet: starting here and recorded it");
     Ok(checkpoint)
+}
+
+/// The checkpoint of the last committed Kafka transaction (exactly-once mode).
+async fn committed_marker(config: &Config) -> Result<Option<Checkpoint>, PipelineError> {
+    let bytes = tokio::task::block_in_place(|| {
+        crate::sink::KafkaSink::last_marker(&config.kafka, &config.delivery)
+    })?;
+    let Some(bytes) = bytes else {
+        return Ok(None);
+    };
+    let checkpoint = Checkpoint::decode(&bytes).map_err(|e| PipelineError::BadMarker {
+        topic: config.delivery.checkpoint_topic.clone(),
+        key: config.delivery.transactional_id.clone(),
+        reason: e.to_string(),
+    })?;
+    info!(position = %checkpoint.position, topic = %config.delivery.checkpoint_topic, "resuming from the last committed Kafka transaction");
+    Ok(Some(checkpoint))
 }
 
 /// Resume by GTID or by file position (`source.resume_by`); by position, the file must

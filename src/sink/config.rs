@@ -1,4 +1,5 @@
-//! `[kafka]`: the producer's brokers and properties, and topic creation.
+//! `[kafka]`: the producer's brokers and properties, and topic creation; `[delivery]`:
+//! at-least-once or exactly-once.
 
 use std::collections::BTreeMap;
 
@@ -100,4 +101,74 @@ impl Default for KafkaConfig {
 
 fn default_bootstrap() -> String {
     "127.0.0.1:9092".into()
+}
+
+/// How records are delivered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeliveryMode {
+    /// Idempotent producer; after a crash the records since the checkpoint come again
+    /// with the same event ids.
+    #[default]
+    AtLeastOnce,
+    /// Transactional producer: each Kafka transaction holds whole binlog transactions
+    /// and the checkpoint of the last one; `read_committed` consumers see every event
+    /// once.
+    ExactlyOnce,
+}
+
+/// `[delivery]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryConfig {
+    /// `at-least-once` (default) or `exactly-once`.
+    #[serde(default)]
+    pub mode: DeliveryMode,
+    /// The producer's `transactional.id`, stable per source (exactly-once); also the
+    /// key of this source's checkpoint record.
+    #[serde(default)]
+    pub transactional_id: String,
+    /// Compacted topic holding the checkpoint records (exactly-once).
+    #[serde(default = "default_checkpoint_topic")]
+    pub checkpoint_topic: String,
+    /// Commit a Kafka transaction after this many records…
+    #[serde(default = "default_commit_max_records")]
+    pub commit_max_records: usize,
+    /// …or this many milliseconds after it began, whichever comes first.
+    #[serde(default = "default_commit_max_ms")]
+    pub commit_max_ms: u64,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        toml::from_str("").expect("delivery defaults")
+    }
+}
+
+impl DeliveryConfig {
+    /// True in exactly-once mode.
+    pub fn exactly_once(&self) -> bool {
+        self.mode == DeliveryMode::ExactlyOnce
+    }
+
+    /// What is wrong with these settings, if anything.
+    pub fn check(&self) -> Result<(), String> {
+        if self.exactly_once() && self.transactional_id.trim().is_empty() {
+            return Err("delivery.mode = \"exactly-once\" needs delivery.transactional_id (stable per source, e.g. \"outbox-router-orders\")".into());
+        }
+        if self.commit_max_records == 0 {
+            return Err("delivery.commit_max_records must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+fn default_checkpoint_topic() -> String {
+    "outbox-router.checkpoints".into()
+}
+fn default_commit_max_records() -> usize {
+    10_000
+}
+fn default_commit_max_ms() -> u64 {
+    100
 }

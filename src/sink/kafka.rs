@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 use super::{Delivery, SinkError, TopicCreator};
 use crate::monitor::{Metrics, Progress};
 use crate::route::Record;
-use crate::sink::KafkaConfig;
+use crate::sink::{DeliveryConfig, KafkaConfig};
 
 /// Defaults chosen for an outbox stream; every one can be overridden in config.
 const DEFAULTS: &[(&str, &str)] = &[
@@ -41,7 +41,19 @@ pub struct KafkaSink {
     producer: ThreadedProducer<AckContext>,
     /// Creates (or looks up) each topic before its first record.
     topics: TopicCreator,
+    /// Exactly-once mode: where each transaction's commit marker goes.
+    transactional: Option<Transactional>,
 }
+
+/// The commit marker of exactly-once mode: one record per Kafka transaction, on a
+/// compacted topic, keyed by the source's `transactional.id`.
+struct Transactional {
+    topic: String,
+    key: String,
+}
+
+/// How long transaction control calls may take (librdkafka retries within it).
+const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The producer configuration: defaults, the user's properties, then what the contract fixes.
 pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
@@ -62,17 +74,124 @@ pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
 impl KafkaSink {
     /// Creates the producer (does not contact the brokers yet); deliveries, their
     /// failures and librdkafka's statistics are reported to `metrics`.
-    pub fn new(cfg: &KafkaConfig, metrics: &Metrics) -> Result<Self, SinkError> {
+    pub fn new(
+        cfg: &KafkaConfig,
+        delivery: &DeliveryConfig,
+        metrics: &Metrics,
+    ) -> Result<Self, SinkError> {
         let context = AckContext {
             unproven: metrics.deliveries_unproven(),
             errors: metrics.delivery_errors(),
             progress: metrics.progress().clone(),
             metrics: metrics.clone(),
         };
-        let producer = ThreadedProducer::from_config_and_context(&client_config(cfg), context)
+        let mut client = client_config(cfg);
+        if delivery.exactly_once() {
+            client.set("transactional.id", &delivery.transactional_id);
+            // librdkafka requires message.timeout.ms <= transaction.timeout.ms.
+            if !cfg.properties.contains_key("transaction.timeout.ms") {
+                let message_timeout = client
+                    .get("message.timeout.ms")
+                    .unwrap_or("300000")
+                    .to_string();
+                client.set("transaction.timeout.ms", message_timeout);
+            }
+        }
+        let producer = ThreadedProducer::from_config_and_context(&client, context)
             .map_err(SinkError::Create)?;
         let topics = TopicCreator::new(cfg)?;
-        Ok(Self { producer, topics })
+        let transactional = if delivery.exactly_once() {
+            topics.ensure_compacted(&delivery.checkpoint_topic)?;
+            // Fences any earlier producer with this transactional.id and aborts its
+            // open transaction: nothing it had not committed ever becomes visible.
+            tokio::task::block_in_place(|| producer.init_transactions(TRANSACTION_TIMEOUT))
+                .map_err(|error| transaction_error("init", &delivery.transactional_id, error))?;
+            Some(Transactional {
+                topic: delivery.checkpoint_topic.clone(),
+                key: delivery.transactional_id.clone(),
+            })
+        } else {
+            None
+        };
+        Ok(Self {
+            producer,
+            topics,
+            transactional,
+        })
+    }
+
+    /// True in exactly-once mode.
+    pub fn is_transactional(&self) -> bool {
+        self.transactional.is_some()
+    }
+
+    /// Opens a Kafka transaction (exactly-once mode).
+    pub fn begin(&self) -> Result<(), SinkError> {
+        let Some(t) = &self.transactional else {
+            return Ok(());
+        };
+        self.producer
+            .begin_transaction()
+            .map_err(|error| transaction_error("begin", &t.key, error))
+    }
+
+    /// Adds `marker` (the checkpoint of the transaction's last binlog transaction) to
+    /// the open Kafka transaction and commits it: the records and the marker become
+    /// visible together or not at all. A failed commit is aborted.
+    pub async fn commit(&self, marker: Vec<u8>) -> Result<(), SinkError> {
+        let Some(t) = &self.transactional else {
+            return Ok(());
+        };
+        let (acks, outcome) = BatchAcks::new(1);
+        let record = BaseRecord::with_opaque_to(&t.topic, acks)
+            .key(&t.key)
+            .payload(&marker);
+        if let Err((error, _)) = self.producer.send(record) {
+            return Err(self.aborted("commit marker", &t.key, error));
+        }
+        let committed =
+            tokio::task::block_in_place(|| self.producer.commit_transaction(TRANSACTION_TIMEOUT));
+        if let Err(error) = committed {
+            return Err(self.aborted("commit", &t.key, error));
+        }
+        // The commit flushed everything: the marker's report is in.
+        match tokio::time::timeout(Duration::from_secs(5), outcome).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            _ => Err(SinkError::Transaction {
+                action: "commit marker",
+                transactional_id: t.key.clone(),
+                error: KafkaError::Canceled,
+            }),
+        }
+    }
+
+    /// Aborts the open transaction, if any (after a failed delivery).
+    pub fn abort(&self) {
+        if self.transactional.is_some() {
+            let _ = tokio::task::block_in_place(|| {
+                self.producer.abort_transaction(TRANSACTION_TIMEOUT)
+            });
+        }
+    }
+
+    /// Aborts the open transaction (best effort) and returns the error that caused it.
+    fn aborted(&self, action: &'static str, key: &str, error: KafkaError) -> SinkError {
+        let failure = transaction_error(action, key, error);
+        if !matches!(failure, SinkError::Fenced { .. }) {
+            let _ = tokio::task::block_in_place(|| {
+                self.producer.abort_transaction(TRANSACTION_TIMEOUT)
+            });
+        }
+        failure
+    }
+
+    /// The newest commit marker of `delivery.transactional_id`, read with
+    /// `read_committed`: where exactly-once mode resumes.
+    pub fn last_marker(
+        cfg: &KafkaConfig,
+        delivery: &DeliveryConfig,
+    ) -> Result<Option<Vec<u8>>, SinkError> {
+        super::markers::last(cfg, &delivery.checkpoint_topic, &delivery.transactional_id)
     }
 
     /// Asks the cluster for metadata, to tell early whether it is reachable.
@@ -172,6 +291,33 @@ impl KafkaSink {
             }
         }
         .boxed())
+    }
+}
+
+/// A transaction call's failure: fenced (final for this process) or retryable from the
+/// checkpoint.
+fn transaction_error(action: &'static str, key: &str, error: KafkaError) -> SinkError {
+    use RDKafkaErrorCode::*;
+    let fenced = match &error {
+        KafkaError::Transaction(e) => {
+            e.is_fatal() || matches!(e.code(), ProducerFenced | InvalidProducerEpoch)
+        }
+        other => matches!(
+            other.rdkafka_error_code(),
+            Some(ProducerFenced | InvalidProducerEpoch)
+        ),
+    };
+    if fenced {
+        SinkError::Fenced {
+            transactional_id: key.to_string(),
+            error,
+        }
+    } else {
+        SinkError::Transaction {
+            action,
+            transactional_id: key.to_string(),
+            error,
+        }
     }
 }
 

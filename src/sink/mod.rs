@@ -3,13 +3,14 @@
 
 mod config;
 mod kafka;
+mod markers;
 mod stdout;
 mod topics;
 
 use futures::future::BoxFuture;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-pub use config::{KafkaConfig, TopicRule, TopicsConfig};
+pub use config::{DeliveryConfig, DeliveryMode, KafkaConfig, TopicRule, TopicsConfig};
 pub use kafka::{client_config, KafkaSink};
 pub use stdout::StdoutSink;
 pub use topics::TopicCreator;
@@ -54,6 +55,19 @@ pub enum SinkError {
     },
     #[error("topic {topic} does not exist and kafka.topics.create = false (nor does the broker create it): create the topic, or set kafka.topics.create = true")]
     TopicMissing { topic: String },
+    #[error("Kafka transaction {action} failed for transactional.id {transactional_id}: {error}; aborted, resuming from the last committed checkpoint")]
+    Transaction {
+        action: &'static str,
+        transactional_id: String,
+        error: KafkaError,
+    },
+    #[error("this router was fenced: another producer with transactional.id {transactional_id} took over ({error}); it stops and never writes again (run one instance per transactional.id, or a standby)")]
+    Fenced {
+        transactional_id: String,
+        error: KafkaError,
+    },
+    #[error("cannot read the checkpoint topic {topic}: {reason}")]
+    Markers { topic: String, reason: String },
     #[error("cannot write to stdout: {0}")]
     Stdout(std::io::Error),
 }
@@ -67,11 +81,14 @@ impl SinkError {
                 !is_permanent(error)
             }
             SinkError::Canceled { .. }
+            | SinkError::Transaction { .. }
+            | SinkError::Markers { .. }
             | SinkError::Unproven { .. }
             | SinkError::CreateTopic { .. } => true,
             SinkError::Create(_)
             | SinkError::Stdout(_)
             | SinkError::TopicRefused { .. }
+            | SinkError::Fenced { .. }
             | SinkError::TopicMissing { .. } => false,
         }
     }
@@ -105,6 +122,34 @@ pub enum Sink {
 }
 
 impl Sink {
+    /// True when deliveries are grouped in Kafka transactions (exactly-once mode).
+    pub fn is_transactional(&self) -> bool {
+        matches!(self, Sink::Kafka(k) if k.is_transactional())
+    }
+
+    /// Opens a Kafka transaction (exactly-once mode; nothing otherwise).
+    pub fn begin(&self) -> Result<(), SinkError> {
+        match self {
+            Sink::Kafka(k) => k.begin(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Commits the open Kafka transaction with its commit `marker`.
+    pub async fn commit(&self, marker: Vec<u8>) -> Result<(), SinkError> {
+        match self {
+            Sink::Kafka(k) => k.commit(marker).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Aborts the open Kafka transaction, if any.
+    pub fn abort(&self) {
+        if let Sink::Kafka(k) = self {
+            k.abort();
+        }
+    }
+
     /// Hands records over in order; waits only when the producer's queue is full.
     pub async fn send(&self, records: Vec<Record>) -> Result<Delivery, SinkError> {
         match self {

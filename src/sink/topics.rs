@@ -129,6 +129,43 @@ impl TopicCreator {
         })?
     }
 
+    /// Makes sure the one-partition compacted `topic` of exactly-once mode's commit
+    /// markers exists (created even with `kafka.topics.create = false`: the router
+    /// owns it).
+    pub fn ensure_compacted(&self, topic: &str) -> Result<(), SinkError> {
+        let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1))
+            .set("cleanup.policy", "compact")
+            .set("min.compaction.lag.ms", "60000");
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        let failed = |reason: String| SinkError::CreateTopic {
+            topic: topic.to_string(),
+            reason,
+        };
+        let results = tokio::task::block_in_place(|| {
+            futures::executor::block_on(self.admin.create_topics(&[new], &opts))
+        })
+        .map_err(|e| failed(e.to_string()))?;
+        for result in results {
+            match result {
+                Ok(_) => {
+                    tracing::info!(%topic, "created the checkpoint topic");
+                    let admin = self.admin.clone();
+                    tokio::task::block_in_place(|| wait_for_leaders(&admin, &[topic.to_string()]))?;
+                }
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((topic, code)) if needs_operator(code) => {
+                    return Err(SinkError::TopicRefused {
+                        topic,
+                        code,
+                        fix: creation_fix(code),
+                    })
+                }
+                Err((_, code)) => return Err(failed(code.to_string())),
+            }
+        }
+        Ok(())
+    }
+
     /// Makes sure every topic exists, creating the unknown ones in one admin request;
     /// cheap once they are known.
     pub async fn ensure<'t>(

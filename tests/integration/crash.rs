@@ -54,17 +54,33 @@ impl Lcg {
 /// Runs the router with a crash point armed after `lo..=hi` hits, `CYCLES` times, then a
 /// clean run; checks 0 lost, duplicates identical, per-key order; returns duplicates.
 async fn crash_cycles(name: &str, point: &str, lo: u64, hi: u64) -> usize {
+    crash_cycles_in(name, point, lo, hi, None, CYCLES).await
+}
+
+/// `crash_cycles` with `delivery` settings (TOML of a `[delivery]` section) and a
+/// number of cycles.
+pub(crate) async fn crash_cycles_in(
+    name: &str,
+    point: &str,
+    lo: u64,
+    hi: u64,
+    delivery: Option<&str>,
+    cycles: usize,
+) -> usize {
     let _settings = SERVER_SETTINGS.read().await;
     let (_conn, mut setup) = fresh(name).await;
     let db = setup.db.clone();
     setup.flush_interval_ms = 20;
+    if let Some(delivery) = delivery {
+        setup.extra_toml = format!("[delivery]\n{delivery}\n");
+    }
     let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
     write_mixed(&db, 0, EVENTS, 50).await;
     let mut events = EVENTS;
 
     let mut rng = Lcg(u64::from(setup.server_id));
     let mut crashes = 0;
-    while crashes < CYCLES {
+    while crashes < cycles {
         let spec = format!("{point}={}*off->return", rng.between(lo, hi));
         let mut router = setup.start_router_env(&[("FAILPOINTS", spec.as_str())]);
         loop {

@@ -9,6 +9,8 @@ mod cluster;
 #[cfg(feature = "failpoints")]
 mod crash;
 mod event_router;
+#[cfg(feature = "failpoints")]
+mod exactly_once;
 mod failover;
 mod fresh_broker;
 mod import;
