@@ -28,6 +28,9 @@ pub(super) struct Acker<'a> {
     /// The watermark moved since it was last handed to the writer.
     unpublished: bool,
     writer: CheckpointWriter,
+    /// Exactly-once mode: records acknowledged in the open Kafka transaction, counted as
+    /// acknowledged only once it commits (before that no consumer can see them).
+    uncommitted: Option<u64>,
 }
 
 /// Deliveries in commit order.
@@ -101,6 +104,7 @@ impl<'a> Acker<'a> {
             watermark: start,
             watermark_commit_ms: start_commit_ms,
             unpublished: false,
+            uncommitted: None,
             writer: {
                 let metrics = metrics.clone();
                 CheckpointWriter::start(store.clone(), interval, move |cp| {
@@ -130,6 +134,9 @@ impl<'a> Acker<'a> {
         let mut txn = sink
             .is_transactional()
             .then(|| OpenTransaction::new(config));
+        if txn.is_some() {
+            self.uncommitted = Some(0);
+        }
         let tick_every = match &txn {
             Some(t) => t.max_age.min(Duration::from_millis(200)),
             None => Duration::from_millis(200),
@@ -260,6 +267,9 @@ impl<'a> Acker<'a> {
         crash_point!("txn.after_commit");
         txn.committed();
         self.metrics.kafka_transaction_committed();
+        if let Some(pending) = &mut self.uncommitted {
+            self.metrics.acked(std::mem::take(pending));
+        }
         self.publish();
         Ok(())
     }
@@ -269,7 +279,10 @@ impl<'a> Acker<'a> {
         self.metrics.progress().acknowledged();
         self.metrics
             .sent_to_acked(done.sent_at.elapsed().as_secs_f64());
-        self.metrics.acked(n as u64);
+        match &mut self.uncommitted {
+            Some(pending) => *pending += n as u64,
+            None => self.metrics.acked(n as u64),
+        }
         self.watermark = done.end;
         self.unpublished = true;
         if done.commit_time_ms > 0 {
