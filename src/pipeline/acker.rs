@@ -254,6 +254,7 @@ impl<'a> Acker<'a> {
         in_flight: &mut InFlight,
         in_flight_records: &mut usize,
     ) -> Result<(), PipelineError> {
+        let started = Instant::now();
         while let Some(done) = in_flight.next().await {
             *in_flight_records -= done.records;
             if let Err(e) = self.complete(done) {
@@ -261,9 +262,16 @@ impl<'a> Acker<'a> {
                 return Err(e);
             }
         }
+        let drained = started.elapsed();
         crash_point!("txn.before_commit");
         let marker = Checkpoint::new(self.watermark.clone(), self.watermark_commit_ms);
         sink.commit(marker.encode()).await?;
+        tracing::debug!(
+            records = txn.records,
+            drain_ms = drained.as_millis() as u64,
+            commit_ms = (started.elapsed() - drained).as_millis() as u64,
+            "Kafka transaction committed"
+        );
         crash_point!("txn.after_commit");
         txn.committed();
         self.metrics.kafka_transaction_committed();
