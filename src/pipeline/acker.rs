@@ -203,6 +203,10 @@ impl<'a> Acker<'a> {
         // not race the old producer's last deliveries.
         stop_reading.cancel();
         drop(rx);
+        if failure.is_some() {
+            // What is behind the failed record must wait for its re-send (same order).
+            sink.abandon();
+        }
         let deadline = Duration::from_secs(config.pipeline.shutdown_timeout_secs);
         let drained = tokio::time::timeout(deadline, async {
             while let Some(done) = in_flight.next().await {

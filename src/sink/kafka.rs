@@ -165,6 +165,15 @@ impl KafkaSink {
         }
     }
 
+    /// Drops every record not yet written (queued, or in flight and not yet answered):
+    /// after one record failed, the ones behind it on its partition must not be written
+    /// before it is sent again, or its aggregate's order breaks. librdkafka delivers
+    /// later records after an earlier one timed out, as soon as the broker is back.
+    pub fn abandon(&self) {
+        self.producer
+            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+    }
+
     /// Aborts the open transaction, if any (after a failed delivery).
     pub fn abort(&self) {
         if self.transactional.is_some() {

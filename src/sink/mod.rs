@@ -143,6 +143,14 @@ impl Sink {
         }
     }
 
+    /// After a failed delivery: drops every record not yet written, so nothing behind
+    /// the failed one is written before it is re-sent.
+    pub fn abandon(&self) {
+        if let Sink::Kafka(k) = self {
+            k.abandon();
+        }
+    }
+
     /// Aborts the open Kafka transaction, if any.
     pub fn abort(&self) {
         if let Sink::Kafka(k) = self {

@@ -378,14 +378,15 @@ async fn unrelated_traffic_advances_checkpoint() {
     std::thread::sleep(Duration::from_secs(3));
     router.kill9();
     let cp = setup.checkpoint().expect("a checkpoint exists");
-    assert_eq!(cp.0, after.0, "checkpoint file");
+    // Other tests write and rotate the binlog too (FLUSH BINARY LOGS), so the checkpoint
+    // may be beyond our last write, even in a later file, never before it. File names
+    // of one server have the same length: they compare as text.
     assert!(
-        cp.1 > start.1,
+        cp > start,
         "checkpoint {cp:?} did not move past the start {start:?}"
     );
-    // Other tests write too, so the checkpoint may be beyond our last write, never before.
     assert!(
-        cp.1 >= after.1,
+        cp >= after,
         "checkpoint {cp:?} is before the last unrelated commit {after:?}"
     );
 }

@@ -10,8 +10,31 @@ use crate::{check_stream, write_stream, TYPES};
 /// message.timeout.ms. The router stalls, never skips, and resumes.
 #[tokio::test(flavor = "multi_thread")]
 async fn kafka_broker_killed_and_restarted() {
+    broker_killed_and_restarted("kafka_down", None).await;
+}
+
+/// The same outages in exactly-once mode: open transactions die with the broker and
+/// are aborted; a read_committed consumer sees every event once.
+#[tokio::test(flavor = "multi_thread")]
+async fn kafka_broker_killed_and_restarted_exactly_once() {
+    let delivery = format!(
+        "mode = \"exactly-once\"\ntransactional_id = \"it-eos-outage-{}\"",
+        std::process::id()
+    );
+    let duplicates = broker_killed_and_restarted("eos_kafka_down", Some(&delivery)).await;
+    assert_eq!(
+        duplicates, 0,
+        "exactly-once mode re-delivered {duplicates} events"
+    );
+}
+
+/// Kills the broker twice under a stream; returns the duplicates seen.
+async fn broker_killed_and_restarted(name: &str, delivery: Option<&str>) -> usize {
     let _settings = SERVER_SETTINGS.write().await;
-    let (_conn, mut setup) = fresh("kafka_down").await;
+    let (_conn, mut setup) = fresh(name).await;
+    if let Some(delivery) = delivery {
+        setup.extra_toml = format!("[delivery]\n{delivery}\n");
+    }
     let db = setup.db.clone();
     setup
         .kafka_properties
@@ -40,7 +63,8 @@ async fn kafka_broker_killed_and_restarted() {
         "the long outage should restart the pipeline:\n{log}"
     );
     let duplicates = check_stream(&topics, total);
-    println!("kafka outage: events={total} lost=0 duplicates={duplicates}");
+    println!("kafka outage ({name}): events={total} lost=0 duplicates={duplicates}");
+    duplicates
 }
 
 /// MariaDB restarts mid-stream (its binlog rotates); the router reconnects from its
