@@ -52,6 +52,22 @@ fn creation_fix(code: RDKafkaErrorCode) -> &'static str {
     }
 }
 
+/// A creation the broker answered with `code`: for the operator when no retry fixes it.
+fn creation_failed(topic: String, code: RDKafkaErrorCode) -> SinkError {
+    if needs_operator(code) {
+        SinkError::TopicRefused {
+            topic,
+            code,
+            fix: creation_fix(code),
+        }
+    } else {
+        SinkError::CreateTopic {
+            topic,
+            reason: code.to_string(),
+        }
+    }
+}
+
 impl TopicCreator {
     /// An admin client with the producer's connection settings.
     pub fn new(cfg: &KafkaConfig) -> Result<Self, SinkError> {
@@ -153,14 +169,7 @@ impl TopicCreator {
                     tokio::task::block_in_place(|| wait_for_leaders(&admin, &[topic.to_string()]))?;
                 }
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((topic, code)) if needs_operator(code) => {
-                    return Err(SinkError::TopicRefused {
-                        topic,
-                        code,
-                        fix: creation_fix(code),
-                    })
-                }
-                Err((_, code)) => return Err(failed(code.to_string())),
+                Err((topic, code)) => return Err(creation_failed(topic, code)),
             }
         }
         Ok(())
@@ -230,19 +239,7 @@ impl TopicCreator {
                     created.push(topic);
                 }
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((topic, code)) if needs_operator(code) => {
-                    return Err(SinkError::TopicRefused {
-                        topic,
-                        code,
-                        fix: creation_fix(code),
-                    })
-                }
-                Err((topic, code)) => {
-                    return Err(SinkError::CreateTopic {
-                        topic,
-                        reason: code.to_string(),
-                    })
-                }
+                Err((topic, code)) => return Err(creation_failed(topic, code)),
             }
         }
         if !created.is_empty() && !skip_leader_wait() {
