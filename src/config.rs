@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::checkpoint::CheckpointConfig;
+use crate::ha::HaConfig;
 use crate::monitor::MonitorConfig;
 use crate::outbox::OutboxConfig;
 use crate::route::{RouteConfig, ValueConfig};
@@ -50,6 +51,9 @@ pub struct Config {
     pub delivery: DeliveryConfig,
     /// Where and how often progress is stored.
     pub checkpoint: CheckpointConfig,
+    /// Hot standby: several instances, one streams.
+    #[serde(default)]
+    pub ha: HaConfig,
     /// In-flight limits and shutdown deadline.
     #[serde(default)]
     pub pipeline: PipelineConfig,
@@ -136,6 +140,7 @@ impl Config {
         self.pipeline.check()?;
         self.kafka.check()?;
         self.delivery.check()?;
+        self.ha.check(&self.delivery)?;
         self.monitor.check()?;
         // The dead-letter topic is the outbox's setting, checked by the route's rules.
         crate::route::check_topic(&self.outbox.dead_letter_topic)

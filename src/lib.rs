@@ -17,6 +17,7 @@
 //! pipeline/    the wiring: start position, read loop, acker (the acknowledgement
 //!              path back from the sink to the checkpoint), supervisor and restarts
 //! monitor/     beside the flow: metrics, progress, status verdict, HTTP endpoints
+//! ha/          beside the flow: hot standby's lock (which instance streams)
 //! config       the file: the stages' sections composed, loaded, checked
 //! recover, validate, import   operator commands built from the stages
 //! ```
@@ -44,6 +45,7 @@ pub fn crash_at(name: &str) -> ! {
 pub mod bytes_json;
 pub mod checkpoint;
 pub mod config;
+pub mod ha;
 pub mod import;
 pub mod monitor;
 pub mod outbox;

@@ -13,6 +13,7 @@ use prometheus_client::registry::Registry;
 
 use prometheus_client::metrics::gauge::Gauge as FloatGaugeBase;
 
+use super::role::{Role, RoleState};
 use super::status::Live;
 use super::{Progress, Status};
 use crate::checkpoint::{now_ms, Checkpoint};
@@ -75,6 +76,12 @@ struct Inner {
     events_invalid: Family<Labels, Counter>,
     checkpoint_writes: Counter,
     kafka_transactions: Counter,
+    leader: IntGauge,
+    standby_ready: IntGauge,
+    takeovers: Counter,
+    takeover_seconds: FloatGauge,
+    lock_losses: Counter,
+    fenced: Counter,
     restarts: Family<Labels, Counter>,
     restarts_total: AtomicU64,
     server_id_conflicts: Counter,
@@ -115,6 +122,8 @@ struct State {
     status: Option<Status>,
     /// End of the last transaction the reader routed.
     reader: Option<Position>,
+    /// Leader, standby or single.
+    role: RoleState,
 }
 
 /// Shared metrics handle.
@@ -140,6 +149,12 @@ impl Default for Metrics {
             events_invalid: reg!("events_invalid", "Outbox rows that could not be records, by policy (fail, dead-letter, skip)", Family::default()),
             checkpoint_writes: reg!("checkpoint_writes", "Durable checkpoint writes", Counter::default()),
             kafka_transactions: reg!("kafka_transactions", "Kafka transactions committed (exactly-once mode), each with its checkpoint marker", Counter::default()),
+            leader: reg!("leader", "1 while this instance streams: the leader under [ha], or the only instance", IntGauge::default()),
+            standby_ready: reg!("standby_ready", "1 while this standby could take over: it reached the source and Kafka at its last check (ha.standby_check_secs)", IntGauge::default()),
+            takeovers: reg!("takeovers", "Times this instance took the lock and started streaming", Counter::default()),
+            takeover_seconds: reg!("takeover_seconds", "The last takeover: from being assigned the lock until the binlog stream was connected", FloatGauge::default()),
+            lock_losses: reg!("lock_losses", "Times this leader lost the lock (session timeout, cut off from Kafka) and went back to standby", Counter::default()),
+            fenced: reg!("fenced", "Times this instance's transactional producer was fenced by a newer one with the same transactional.id (it then stops)", Counter::default()),
             restarts: reg!("restarts", "Pipeline restarts after transient errors, by reason", Family::default()),
             restarts_total: AtomicU64::new(0),
             server_id_conflicts: reg!("server_id_conflicts", "Times another replica with this source.server_id took the binlog stream (MariaDB 4052, MySQL 1236)", Counter::default()),
@@ -343,6 +358,12 @@ impl Metrics {
     }
     /// `Ok` when streaming and delivering; else why not (for `/ready`).
     pub fn readiness(&self) -> Result<(), String> {
+        {
+            let state = self.0.state.lock().expect("metrics state");
+            if state.role.role == Role::Standby {
+                return state.role.standby_check.clone();
+            }
+        }
         if !self.is_connected() {
             return Err("not connected to the binlog".into());
         }
@@ -400,6 +421,46 @@ impl Metrics {
         self.0.checkpoint_age_seconds.set(0);
         self.0.state.lock().expect("metrics state").checkpoint = Some(checkpoint.clone());
     }
+    /// This instance's part: single, leader or standby (`instance`: its `[ha]` name).
+    pub fn set_role(&self, role: Role, instance: Option<&str>) {
+        self.0.leader.set(i64::from(role != Role::Standby));
+        if role != Role::Standby {
+            self.0.standby_ready.set(0);
+        }
+        let mut state = self.0.state.lock().expect("metrics state");
+        state.role.role = role;
+        state.role.instance = instance.map(str::to_string);
+        if role == Role::Standby {
+            state.role.standby_check = Err("standby: not checked yet".into());
+        }
+    }
+    /// This instance's part.
+    pub fn role(&self) -> Role {
+        self.0.state.lock().expect("metrics state").role.role
+    }
+    /// A standby's check: `Ok` when it could take over, else why not.
+    pub fn set_standby_check(&self, check: Result<(), String>) {
+        self.0.standby_ready.set(i64::from(check.is_ok()));
+        self.0
+            .state
+            .lock()
+            .expect("metrics state")
+            .role
+            .standby_check = check;
+    }
+    /// The lock was taken and the stream connected `after` the assignment.
+    pub fn took_over(&self, after: Duration) {
+        self.0.takeovers.inc();
+        self.0.takeover_seconds.set(after.as_secs_f64());
+    }
+    /// The leader lost the lock.
+    pub fn lost_lock(&self) {
+        self.0.lock_losses.inc();
+    }
+    /// The producer was fenced.
+    pub fn fenced(&self) {
+        self.0.fenced.inc();
+    }
     /// Sets how many table patterns match no table.
     pub fn set_unmatched_patterns(&self, n: usize) {
         self.0.unmatched_patterns.set(n as i64);
@@ -454,6 +515,15 @@ impl Metrics {
             in_flight_records: progress.records(),
             delivery_stall_secs: progress.stalled_for().as_secs_f64(),
             reader_position: self.reader_position().map(|p| p.to_string()),
+            role: self.role(),
+            instance: self
+                .0
+                .state
+                .lock()
+                .expect("metrics state")
+                .role
+                .instance
+                .clone(),
         }
     }
     /// Lag from what the router holds: now minus the commit time of the oldest

@@ -6,6 +6,7 @@ mod http;
 mod metrics;
 mod progress;
 pub mod retention;
+mod role;
 pub mod status;
 mod watch;
 
@@ -13,5 +14,6 @@ pub use config::MonitorConfig;
 pub use http::serve;
 pub use metrics::{Metrics, RestartReason, Snapshot};
 pub use progress::Progress;
+pub use role::Role;
 pub use status::{Status, Thresholds, Verdict};
 pub use watch::watch;

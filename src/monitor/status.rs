@@ -104,6 +104,12 @@ pub struct Live {
     pub delivery_stall_secs: f64,
     /// End of the last transaction the reader routed.
     pub reader_position: Option<String>,
+    /// Single instance, or leader / standby under `[ha]`.
+    #[serde(default)]
+    pub role: super::Role,
+    /// This instance's `[ha]` name.
+    #[serde(default)]
+    pub instance: Option<String>,
 }
 
 fn hours(secs: i64) -> String {
@@ -325,6 +331,11 @@ impl Status {
         };
         line!("  runway:          {runway}");
         if let Some(live) = &self.live {
+            if live.role != super::Role::Single {
+                let role = format!("{:?}", live.role).to_lowercase();
+                let name = live.instance.clone().unwrap_or_default();
+                line!("  role:            {role} ({name})");
+            }
             line!("  reader:          {}", opt(live.reader_position.clone()));
             line!(
                 "  in flight:       {} record(s), {:.0} s without a delivery",

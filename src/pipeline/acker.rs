@@ -269,7 +269,7 @@ impl<'a> Acker<'a> {
         let drained = started.elapsed();
         crash_point!("txn.before_commit");
         let marker = Checkpoint::new(self.watermark.clone(), self.watermark_commit_ms);
-        sink.commit(marker.encode()).await?;
+        sink.commit(Some(marker.encode())).await?;
         tracing::debug!(
             records = txn.records,
             drain_ms = drained.as_millis() as u64,

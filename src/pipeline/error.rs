@@ -62,6 +62,8 @@ pub enum PipelineError {
         key: String,
         reason: String,
     },
+    #[error(transparent)]
+    Lock(#[from] crate::ha::LockError),
     #[error("the router's {task} task ended unexpectedly: {reason} (a bug: please report it with the log)")]
     TaskFailed { task: &'static str, reason: String },
 }
@@ -79,6 +81,11 @@ impl From<InvalidEvent> for PipelineError {
 }
 
 impl PipelineError {
+    /// True when another producer with our transactional.id took over.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, PipelineError::Sink(SinkError::Fenced { .. }))
+    }
+
     /// True when the needed binlog is gone from the server (exit code 3).
     pub fn is_purged(&self) -> bool {
         matches!(self, PipelineError::Source(SourceError::Purged { .. }))
@@ -103,6 +110,7 @@ impl PipelineError {
         match self {
             PipelineError::Source(e) => e.is_transient(),
             PipelineError::Sink(e) => e.is_transient(),
+            PipelineError::Lock(crate::ha::LockError::Topic(e)) => e.is_transient(),
             PipelineError::Avro(AvroError::Registry(e)) => e.is_transient(),
             _ => false,
         }

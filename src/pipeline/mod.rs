@@ -11,6 +11,7 @@
 mod acker;
 mod error;
 mod read;
+mod standby;
 mod start;
 pub(crate) mod table;
 
@@ -25,7 +26,7 @@ pub(crate) use read::InvalidPolicy;
 
 use crate::checkpoint::CheckpointStore;
 use crate::config::Config;
-use crate::monitor::{Metrics, RestartReason};
+use crate::monitor::{Metrics, RestartReason, Role};
 use crate::outbox::OnInvalid;
 use crate::sink::{KafkaSink, Sink, StdoutSink};
 use crate::source::{self, server, BinlogReader, SourceError};
@@ -93,8 +94,17 @@ pub async fn run(
         sink_kind,
         shutdown: &shutdown,
         metrics: &metrics,
+        lock: None,
     };
-    let supervised = supervise(&ctx);
+    let supervised = async {
+        match config.ha.enabled && sink_kind == SinkKind::Kafka {
+            true => standby::lead_when_elected(&ctx).await,
+            false => {
+                metrics.set_role(Role::Single, None);
+                supervise(&ctx).await
+            }
+        }
+    };
     let result = tokio::select! {
         r = supervised => r,
         _ = watcher => Err(PipelineError::TaskFailed { task: "monitor", reason: "it returned".into() }),
@@ -108,12 +118,15 @@ pub async fn run(
 }
 
 /// What every run of the pipeline shares.
+#[derive(Clone, Copy)]
 struct Ctx<'a> {
     config: &'a Config,
     store: &'a CheckpointStore,
     sink_kind: SinkKind,
     shutdown: &'a CancellationToken,
     metrics: &'a Metrics,
+    /// `[ha]`: the lock this instance must hold to stream.
+    lock: Option<&'a crate::ha::Lock>,
 }
 
 /// Restarts `run_once` after transient errors, with backoff.
@@ -124,6 +137,13 @@ async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let mut delay = Duration::from_millis(500);
     let mut conflicts = ConflictWindow::default();
     loop {
+        if let Some(lock) = ctx.lock {
+            // A restart must not fence a leader that took over while we were failing.
+            if let Err(why) = lock.confirm().await {
+                warn!(reason = %why, "not restarting: the lock is no longer ours");
+                return Ok(());
+            }
+        }
         let started = Instant::now();
         let result = run_once(ctx).await;
         metrics.set_connected(false);
@@ -215,6 +235,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         sink_kind,
         shutdown,
         metrics,
+        ..
     } = *ctx;
     let mut conn = source::connect(&config.source).await?;
     let flavor = server::flavor(&mut conn).await?;

@@ -62,15 +62,26 @@ pub(super) async fn start_position(
     };
     let checkpoint = Checkpoint::new(position.clone(), commit_time_ms);
     store.save(&checkpoint)?;
+    if sink.is_transactional() {
+        // The start as the first commit marker: a standby taking over before our first
+        // transaction starts here too, not at its own "latest".
+        sink.begin()?;
+        sink.commit(Some(checkpoint.encode())).await?;
+    }
     info!(%position, start = ?config.source.start, snapshot = ?config.source.snapshot, "no checkpoint yet: starting here and recorded it");
     Ok(checkpoint)
 }
 
 /// The checkpoint of the last committed Kafka transaction (exactly-once mode).
 async fn committed_marker(config: &Config) -> Result<Option<Checkpoint>, PipelineError> {
+    let started = std::time::Instant::now();
     let bytes = tokio::task::block_in_place(|| {
         crate::sink::KafkaSink::last_marker(&config.kafka, &config.delivery)
     })?;
+    tracing::debug!(
+        read_ms = started.elapsed().as_millis() as u64,
+        "read the newest commit marker"
+    );
     let Some(bytes) = bytes else {
         return Ok(None);
     };

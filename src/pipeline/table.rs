@@ -66,7 +66,23 @@ pub(crate) async fn republish(
             };
             let mut batch = super::read::map_and_route(&mapper, &router, &metrics, txn)?;
             policy.apply(&router, &metrics, &mut batch)?;
-            events += sink.send(batch.records).await?.await? as u64;
+            // Exactly-once mode: one Kafka transaction per chunk, without a marker (the
+            // checkpoint moves only once every row is out), so a crash part-way sends the
+            // rows again: table rows are published at least once.
+            sink.begin()?;
+            let sent = match sink.send(batch.records).await {
+                Ok(delivery) => delivery.await,
+                Err(e) => Err(e),
+            };
+            match sent {
+                Ok(n) => events += n as u64,
+                Err(e) => {
+                    sink.abandon();
+                    sink.abort();
+                    return Err(e.into());
+                }
+            }
+            sink.commit(None).await?;
         }
         tracing::info!(%table, events, "published outbox rows from the table");
     }

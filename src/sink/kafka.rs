@@ -71,6 +71,18 @@ pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
     c
 }
 
+/// A consumer's configuration: the user's properties (security, …) and the brokers.
+pub fn consumer_config(cfg: &KafkaConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    for (k, v) in &cfg.properties {
+        c.set(k, v);
+    }
+    c.set("bootstrap.servers", &cfg.bootstrap_servers);
+    // Producer properties among them would each log a warning.
+    c.set("log_level", "3");
+    c
+}
+
 impl KafkaSink {
     /// Creates the producer (does not contact the brokers yet); deliveries, their
     /// failures and librdkafka's statistics are reported to `metrics`.
@@ -101,11 +113,13 @@ impl KafkaSink {
             .map_err(SinkError::Create)?;
         let topics = TopicCreator::new(cfg)?;
         let transactional = if delivery.exactly_once() {
-            topics.ensure_compacted(&delivery.checkpoint_topic)?;
+            topics.ensure_compacted(&delivery.checkpoint_topic, "checkpoint")?;
             // Fences any earlier producer with this transactional.id and aborts its
             // open transaction: nothing it had not committed ever becomes visible.
+            let started = std::time::Instant::now();
             tokio::task::block_in_place(|| producer.init_transactions(TRANSACTION_TIMEOUT))
                 .map_err(|error| transaction_error("init", &delivery.transactional_id, error))?;
+            tracing::info!(transactional_id = %delivery.transactional_id, init_ms = started.elapsed().as_millis() as u64, "transactional producer initialised: any earlier producer of this id is fenced, its open transaction aborted");
             Some(Transactional {
                 topic: delivery.checkpoint_topic.clone(),
                 key: delivery.transactional_id.clone(),
@@ -135,25 +149,34 @@ impl KafkaSink {
             .map_err(|error| transaction_error("begin", &t.key, error))
     }
 
-    /// Adds `marker` (the checkpoint of the transaction's last binlog transaction) to
-    /// the open Kafka transaction and commits it: the records and the marker become
+    /// Adds `marker` (the checkpoint of the transaction's last binlog transaction), if
+    /// any, to the open Kafka transaction and commits it: the records and the marker become
     /// visible together or not at all. A failed commit is aborted.
-    pub async fn commit(&self, marker: Vec<u8>) -> Result<(), SinkError> {
+    pub async fn commit(&self, marker: Option<Vec<u8>>) -> Result<(), SinkError> {
         let Some(t) = &self.transactional else {
             return Ok(());
         };
-        let (acks, outcome) = BatchAcks::new(1);
-        let record = BaseRecord::with_opaque_to(&t.topic, acks)
-            .key(&t.key)
-            .payload(&marker);
-        if let Err((error, _)) = self.producer.send(record) {
-            return Err(self.aborted("commit marker", &t.key, error));
-        }
+        let outcome = match marker {
+            Some(marker) => {
+                let (acks, outcome) = BatchAcks::new(1);
+                let record = BaseRecord::with_opaque_to(&t.topic, acks)
+                    .key(&t.key)
+                    .payload(&marker);
+                if let Err((error, _)) = self.producer.send(record) {
+                    return Err(self.aborted("commit marker", &t.key, error));
+                }
+                Some(outcome)
+            }
+            None => None,
+        };
         let committed =
             tokio::task::block_in_place(|| self.producer.commit_transaction(TRANSACTION_TIMEOUT));
         if let Err(error) = committed {
             return Err(self.aborted("commit", &t.key, error));
         }
+        let Some(outcome) = outcome else {
+            return Ok(());
+        };
         // The commit flushed everything: the marker's report is in.
         match tokio::time::timeout(Duration::from_secs(5), outcome).await {
             Ok(Ok(Ok(()))) => Ok(()),
@@ -266,6 +289,7 @@ impl KafkaSink {
             }
         }
         drop(acks);
+        let transactional_id = self.transactional.as_ref().map(|t| t.key.clone());
         Ok(async move {
             let n = events.len();
             if n == 0 {
@@ -282,6 +306,14 @@ impl KafkaSink {
                     let event = Box::new(events.swap_remove(at));
                     let topic = failed.topic;
                     Err(match failed.reason {
+                        FailureReason::Error(error)
+                            if is_fenced(&error) && transactional_id.is_some() =>
+                        {
+                            SinkError::Fenced {
+                                transactional_id: transactional_id.unwrap_or_default(),
+                                error,
+                            }
+                        }
                         FailureReason::Error(error) => SinkError::Delivery {
                             event,
                             topic,
@@ -303,20 +335,24 @@ impl KafkaSink {
     }
 }
 
-/// A transaction call's failure: fenced (final for this process) or retryable from the
-/// checkpoint.
-fn transaction_error(action: &'static str, key: &str, error: KafkaError) -> SinkError {
+/// True when a newer producer with the same `transactional.id` fenced this one.
+fn is_fenced(error: &KafkaError) -> bool {
     use RDKafkaErrorCode::*;
-    let fenced = match &error {
+    match error {
         KafkaError::Transaction(e) => {
-            e.is_fatal() || matches!(e.code(), ProducerFenced | InvalidProducerEpoch)
+            e.is_fatal() || matches!(e.code(), ProducerFenced | InvalidProducerEpoch | Fenced)
         }
         other => matches!(
             other.rdkafka_error_code(),
-            Some(ProducerFenced | InvalidProducerEpoch)
+            Some(ProducerFenced | InvalidProducerEpoch | Fenced)
         ),
-    };
-    if fenced {
+    }
+}
+
+/// A transaction call's failure: fenced (final for this process) or retryable from the
+/// checkpoint.
+fn transaction_error(action: &'static str, key: &str, error: KafkaError) -> SinkError {
+    if is_fenced(&error) {
         SinkError::Fenced {
             transactional_id: key.to_string(),
             error,

@@ -4,11 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::{KafkaConfig, SinkError};
 
@@ -26,17 +25,14 @@ pub(super) fn last(
         topic: topic.to_string(),
         reason,
     };
-    let mut c = ClientConfig::new();
-    for (k, v) in &cfg.properties {
-        c.set(k, v);
-    }
-    c.set("bootstrap.servers", &cfg.bootstrap_servers)
-        .set("group.id", "outbox-router-checkpoint-reader")
+    let mut c = super::consumer_config(cfg);
+    c.set("group.id", "outbox-router-checkpoint-reader")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
-        .set("isolation.level", "read_committed")
-        .set("log_level", "3");
-    let consumer: BaseConsumer = c.create().map_err(|e| failed(e.to_string()))?;
+        .set("isolation.level", "read_committed");
+    let consumer: BaseConsumer<QuietEof> = c
+        .create_with_context(QuietEof)
+        .map_err(|e| failed(e.to_string()))?;
     let deadline = Instant::now() + READ_DEADLINE;
     let (low, high) = match consumer.fetch_watermarks(topic, 0, Duration::from_secs(10)) {
         Ok(w) => w,
@@ -66,7 +62,15 @@ pub(super) fn last(
             }
             match consumer.poll(Duration::from_millis(500)) {
                 None => continue,
-                Some(Err(KafkaError::PartitionEOF(_))) => break,
+                // read_committed ends at the last stable offset: a transaction another
+                // producer still has open on the partition holds it back, and with it
+                // any newer marker of ours. It ends within its transaction timeout.
+                Some(Err(KafkaError::PartitionEOF(_)))
+                    if stable_up_to(&consumer, topic) >= high =>
+                {
+                    break
+                }
+                Some(Err(KafkaError::PartitionEOF(_))) => continue,
                 Some(Err(e)) => return Err(failed(e.to_string())),
                 Some(Ok(m)) => {
                     if m.key() == Some(key.as_bytes()) {
@@ -80,4 +84,31 @@ pub(super) fn last(
         }
     }
     Ok(None)
+}
+
+/// Reports client errors except the end of the partition, which this reader waits for.
+struct QuietEof;
+
+impl ClientContext for QuietEof {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::PartitionEOF(_))
+            && error.rdkafka_error_code() != Some(RDKafkaErrorCode::PartitionEOF)
+        {
+            tracing::error!(%error, reason, "checkpoint topic reader");
+        }
+    }
+}
+
+impl ConsumerContext for QuietEof {}
+
+/// Where the consumer stands on partition 0 (`i64::MAX` when it cannot tell).
+fn stable_up_to(consumer: &BaseConsumer<QuietEof>, topic: &str) -> i64 {
+    consumer
+        .position()
+        .ok()
+        .and_then(|tpl| tpl.find_partition(topic, 0).map(|p| p.offset()))
+        .map_or(i64::MAX, |offset| match offset {
+            Offset::Offset(n) => n,
+            _ => i64::MAX,
+        })
 }

@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 pub use config::{DeliveryConfig, DeliveryMode, KafkaConfig, TopicRule, TopicsConfig};
-pub use kafka::{client_config, KafkaSink};
+pub use kafka::{client_config, consumer_config, KafkaSink};
 pub use stdout::StdoutSink;
 pub use topics::TopicCreator;
 
@@ -135,8 +135,9 @@ impl Sink {
         }
     }
 
-    /// Commits the open Kafka transaction with its commit `marker`.
-    pub async fn commit(&self, marker: Vec<u8>) -> Result<(), SinkError> {
+    /// Commits the open Kafka transaction, with its commit `marker` when given (a
+    /// transaction of table rows moves no checkpoint and has none).
+    pub async fn commit(&self, marker: Option<Vec<u8>>) -> Result<(), SinkError> {
         match self {
             Sink::Kafka(k) => k.commit(marker).await,
             _ => Ok(()),

@@ -148,7 +148,7 @@ impl TopicCreator {
     /// Makes sure the one-partition compacted `topic` of exactly-once mode's commit
     /// markers exists (created even with `kafka.topics.create = false`: the router
     /// owns it).
-    pub fn ensure_compacted(&self, topic: &str) -> Result<(), SinkError> {
+    pub fn ensure_compacted(&self, topic: &str, what: &str) -> Result<(), SinkError> {
         let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1))
             .set("cleanup.policy", "compact")
             .set("min.compaction.lag.ms", "60000");
@@ -164,7 +164,7 @@ impl TopicCreator {
         for result in results {
             match result {
                 Ok(_) => {
-                    tracing::info!(%topic, "created the checkpoint topic");
+                    tracing::info!(%topic, "created the {what} topic");
                     let admin = self.admin.clone();
                     tokio::task::block_in_place(|| wait_for_leaders(&admin, &[topic.to_string()]))?;
                 }

@@ -15,7 +15,7 @@ const EVENTS: usize = 10_000;
 const MORE: usize = 2_000;
 
 /// Writes events `from..to` in transactions of mixed sizes (1 to 100 rows).
-async fn write_mixed(db: &str, from: usize, to: usize, keys: usize) {
+pub(crate) async fn write_mixed(db: &str, from: usize, to: usize, keys: usize) {
     const SIZES: [usize; 6] = [1, 5, 20, 50, 3, 100];
     let mut conn = app_conn().await;
     let (mut seq, mut i) = (from, 0);

@@ -18,6 +18,7 @@ mod outage;
 mod rows;
 mod security;
 mod signals;
+mod standby;
 mod topics;
 mod util;
 

@@ -51,6 +51,26 @@ fn monitor_port() -> u16 {
 }
 
 /// The local broker's SASL/PLAIN listener (users admin, alice, carol).
+/// The shared broker's listener whose metadata points at `kafka_proxy_front_port()`,
+/// where a test puts a `CutProxy`.
+pub fn kafka_proxied_port() -> u16 {
+    kafka_port() + 3
+}
+
+/// Where clients of the proxied listener connect (the test's proxy).
+pub fn kafka_proxy_front_port() -> u16 {
+    kafka_port() + 4
+}
+
+fn kafka_port() -> u16 {
+    kafka_bootstrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 pub fn kafka_sasl_bootstrap() -> String {
     let port: u16 = kafka_bootstrap()
         .rsplit(':')
@@ -433,6 +453,16 @@ impl RouterProcess {
             .expect("router did not stop after SIGTERM")
     }
 
+    /// SIGSTOP: the process freezes (heartbeats, timers, sockets) until `resume`.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after `pause`.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
     /// SIGKILL: no chance to flush anything.
     pub fn kill9(&mut self) {
         self.signal("-KILL");
@@ -641,6 +671,14 @@ pub async fn http_get(port: u16, path: &str) -> (u16, String) {
     (resp.status().as_u16(), resp.text().await.unwrap())
 }
 
+/// `http_get`, or `None` when nothing answers.
+pub async fn try_http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let resp = reqwest::get(format!("http://127.0.0.1:{port}{path}"))
+        .await
+        .ok()?;
+    Some((resp.status().as_u16(), resp.text().await.ok()?))
+}
+
 /// Waits until the monitoring endpoint answers `path` with 200.
 pub async fn wait_http_ok(port: u16, path: &str, timeout: Duration) -> String {
     let deadline = Instant::now() + timeout;
@@ -763,22 +801,37 @@ pub fn kill_kafka() {
     }
 }
 
-/// A TCP proxy in front of MariaDB whose connections the test can cut.
+/// A TCP proxy (in front of MariaDB, or Kafka's proxied listener) whose connections the
+/// test can cut, and which can refuse new ones.
 pub struct CutProxy {
     pub port: u16,
     conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    blocked: std::sync::Arc<std::sync::atomic::AtomicBool>,
     accept: tokio::task::JoinHandle<()>,
 }
 
 impl CutProxy {
     pub async fn start(target_port: u16) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(0, target_port).await
+    }
+
+    /// A proxy listening on `port` (0: any free port).
+    pub async fn start_on(port: u16, target_port: u16) -> Self {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
         let port = listener.local_addr().unwrap().port();
         let conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>> =
             Default::default();
+        let blocked: std::sync::Arc<std::sync::atomic::AtomicBool> = Default::default();
         let registry = conns.clone();
+        let refuse = blocked.clone();
         let accept = tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
+                if refuse.load(Ordering::Relaxed) {
+                    drop(client);
+                    continue;
+                }
                 let task = tokio::spawn(async move {
                     if let Ok(mut server) =
                         tokio::net::TcpStream::connect(("127.0.0.1", target_port)).await
@@ -792,8 +845,20 @@ impl CutProxy {
         Self {
             port,
             conns,
+            blocked,
             accept,
         }
+    }
+
+    /// Cuts every connection and refuses new ones until `unblock`.
+    pub fn block(&self) {
+        self.blocked.store(true, Ordering::Relaxed);
+        self.cut();
+    }
+
+    /// Accepts connections again.
+    pub fn unblock(&self) {
+        self.blocked.store(false, Ordering::Relaxed);
     }
 
     /// Waits until at least one proxied connection is open (the router reconnected).

@@ -1,0 +1,294 @@
+//! Hot standby (`[ha]`): two instances with the same config, one lock group. Each test
+//! writes events while it kills, pauses, cuts or restarts the leader, then counts with a
+//! `read_committed` consumer: 0 lost, 0 duplicates, per-key order.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::crash::write_mixed;
+use crate::util::*;
+use crate::{check_stream, SERVER_SETTINGS, TYPES};
+
+/// The lock group's session timeout: the broker's minimum (group.min.session.timeout.ms).
+const SESSION_MS: u64 = 6000;
+
+/// Two routers, `a` and `b`, on one outbox with one transactional id and lock group.
+struct Pair {
+    a: RouterSetup,
+    b: RouterSetup,
+    topics: Vec<String>,
+}
+
+async fn pair(name: &str) -> Pair {
+    let (_conn, mut a) = fresh(name).await;
+    let pid = std::process::id();
+    let ha = format!(
+        "[delivery]\nmode = \"exactly-once\"\ntransactional_id = \"it-{name}-{pid}\"\ncommit_max_records = 500\ncommit_max_ms = 50\n\
+         [ha]\nenabled = true\nsession_timeout_ms = {SESSION_MS}\nstandby_check_secs = 1\nlock_topic = \"it.lock.{name}.{pid}\"\n"
+    );
+    a.flush_interval_ms = 20;
+    a.extra_toml = format!("{ha}instance = \"a\"\n");
+    let mut b = RouterSetup::new(&a.db, a.server_id, ("x".into(), 4));
+    b.start = a.start.clone();
+    b.flush_interval_ms = 20;
+    b.extra_toml = format!("{ha}instance = \"b\"\n");
+    let topics = TYPES.iter().map(|t| a.topic(t)).collect();
+    Pair { a, b, topics }
+}
+
+/// Writes events in mixed transactions until stopped; `stop` returns how many.
+struct Writer {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<usize>,
+}
+
+impl Writer {
+    fn start(db: &str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (db, flag) = (db.to_string(), stop.clone());
+        let task = tokio::spawn(async move {
+            let mut written = 0;
+            while !flag.load(Ordering::Relaxed) {
+                write_mixed(&db, written, written + 300, 40).await;
+                written += 300;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            written
+        });
+        Self { stop, task }
+    }
+
+    async fn stop(self) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
+}
+
+/// A gauge from the router's `/metrics` (`None` when it does not answer).
+async fn gauge(port: u16, name: &str) -> Option<f64> {
+    let (code, body) = tokio::time::timeout(Duration::from_secs(2), try_http_get(port, "/metrics"))
+        .await
+        .ok()??;
+    if code != 200 {
+        return None;
+    }
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// True while the instance answers as the leader with its binlog stream connected.
+async fn streams(port: u16) -> bool {
+    gauge(port, "outbox_router_leader").await == Some(1.0)
+        && gauge(port, "outbox_router_connected").await == Some(1.0)
+}
+
+/// Waits until the instance on `port` streams; returns how long it took.
+async fn wait_streaming(port: u16, timeout: Duration, who: &RouterProcess) -> Duration {
+    let started = Instant::now();
+    while !streams(port).await {
+        assert!(
+            started.elapsed() < timeout,
+            "no takeover within {timeout:?}:\n{}",
+            who.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    started.elapsed()
+}
+
+/// Waits until the instance on `port` is a standby that could take over (`/ready` 200).
+async fn wait_standby_ready(port: u16, who: &RouterProcess) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let standby = gauge(port, "outbox_router_leader").await == Some(0.0)
+            && gauge(port, "outbox_router_standby_ready").await == Some(1.0);
+        let ready = try_http_get(port, "/ready")
+            .await
+            .is_some_and(|(code, _)| code == 200);
+        if standby && ready {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no ready standby:\n{}",
+            who.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Starts `a` (leader) and `b` (standby) with events flowing.
+async fn leader_and_standby(p: &Pair) -> (RouterProcess, RouterProcess, Writer) {
+    let a = p.a.start_router();
+    wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
+    let b = p.b.start_router();
+    wait_standby_ready(p.b.monitor_port, &b).await;
+    let writer = Writer::start(&p.a.db);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    (a, b, writer)
+}
+
+/// Stops the writer, lets `leader` deliver everything, and counts.
+async fn finish(p: &Pair, leader: &mut RouterProcess, writer: Writer, scenario: &str) {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let total = writer.stop().await;
+    drain_and_stop(leader, &p.topics, total);
+    let duplicates = check_stream(&p.topics, total);
+    println!("standby {scenario}: events={total} lost=0 duplicates={duplicates}");
+    assert_eq!(duplicates, 0, "{scenario}: read_committed duplicates");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn standby_takes_over_after_kill9() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let p = pair("ha_kill").await;
+    let (mut a, mut b, writer) = leader_and_standby(&p).await;
+    a.kill9();
+    let took = wait_streaming(p.b.monitor_port, Duration::from_secs(90), &b).await;
+    if std::env::var_os("IT_HA_LOG").is_some() {
+        println!("{}", b.log());
+    }
+    println!(
+        "standby kill -9: streaming {} ms after the leader died (session timeout {SESSION_MS} ms)",
+        took.as_millis()
+    );
+    assert_eq!(
+        gauge(p.b.monitor_port, "outbox_router_takeovers_total").await,
+        Some(1.0)
+    );
+    finish(&p, &mut b, writer, "kill -9").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn paused_leader_is_fenced_and_nothing_it_buffered_shows() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let p = pair("ha_pause").await;
+    let (mut a, mut b, writer) = leader_and_standby(&p).await;
+    a.pause();
+    let took = wait_streaming(p.b.monitor_port, Duration::from_secs(90), &b).await;
+    println!(
+        "standby SIGSTOP: streaming {} ms after the pause",
+        took.as_millis()
+    );
+    // Let the new leader commit a few transactions while the old one is frozen.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    a.resume();
+    let status = a
+        .wait(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("the resumed old leader kept running:\n{}", a.log()));
+    let log = a.log();
+    assert!(!status.success(), "{status}:\n{log}");
+    assert!(
+        log.contains("fenced"),
+        "the exit must name the fence:\n{log}"
+    );
+    assert!(
+        streams(p.b.monitor_port).await,
+        "the new leader stopped:\n{}",
+        b.log()
+    );
+    finish(&p, &mut b, writer, "SIGSTOP/SIGCONT").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rolling_restart_under_load() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let p = pair("ha_rolling").await;
+    let (mut a, mut b, writer) = leader_and_standby(&p).await;
+    // a stops → b leads; a comes back as standby; b stops → a leads; b comes back.
+    for (from, to) in [(&p.a, &p.b), (&p.b, &p.a)] {
+        let (stopping, taking) = if from.monitor_port == p.a.monitor_port {
+            (&mut a, &b)
+        } else {
+            (&mut b, &a)
+        };
+        let status = stopping.stop(Duration::from_secs(60));
+        assert!(status.success(), "{status}:\n{}", stopping.log());
+        let took = wait_streaming(to.monitor_port, Duration::from_secs(60), taking).await;
+        println!(
+            "standby rolling restart: the standby streamed {} ms after the leader stopped",
+            took.as_millis()
+        );
+        *stopping = from.start_router();
+        wait_standby_ready(from.monitor_port, stopping).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    finish(&p, &mut a, writer, "rolling restart").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn leader_cut_from_mariadb_keeps_the_lock_no_split_brain() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let mut p = pair("ha_cut_db").await;
+    let proxy = CutProxy::start(mariadb_port()).await;
+    p.a.source_port = proxy.port;
+    let (mut a, b, writer) = leader_and_standby(&p).await;
+    // Every connection the leader makes to MariaDB is cut for 10 s.
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut standby_led = false;
+    while Instant::now() < until {
+        proxy.cut();
+        standby_led |= gauge(p.b.monitor_port, "outbox_router_leader").await == Some(1.0);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        !standby_led,
+        "the standby led while the leader held the lock:\n{}",
+        b.log()
+    );
+    assert_eq!(
+        gauge(p.a.monitor_port, "outbox_router_leader").await,
+        Some(1.0)
+    );
+    wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
+    finish(&p, &mut a, writer, "leader cut from MariaDB").await;
+}
+
+/// Only the leader loses Kafka (its connections go through a proxy to the broker's
+/// proxied listener; the standby's do not): the standby takes over after the session
+/// timeout, and the old leader, reconnected, is fenced or finds the lock gone — never
+/// two writers.
+#[tokio::test(flavor = "multi_thread")]
+async fn leader_cut_from_kafka_standby_takes_over() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let mut p = pair("ha_cut_kafka").await;
+    let proxy = CutProxy::start_on(kafka_proxy_front_port(), kafka_proxied_port()).await;
+    p.a.kafka_bootstrap = format!("127.0.0.1:{}", proxy.port);
+    let (mut a, mut b, writer) = leader_and_standby(&p).await;
+    proxy.block();
+    let took = wait_streaming(p.b.monitor_port, Duration::from_secs(90), &b).await;
+    println!(
+        "standby leader cut from Kafka: the standby streamed {} ms after the cut",
+        took.as_millis()
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.unblock();
+    // The old leader, back on Kafka: fenced (exits naming it) or a standby again.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let outcome = loop {
+        if let Some(status) = a.wait(Duration::from_millis(200)) {
+            let log = a.log();
+            assert!(
+                !status.success() && log.contains("fenced"),
+                "{status}:\n{log}"
+            );
+            break "fenced, exited";
+        }
+        if gauge(p.a.monitor_port, "outbox_router_leader").await == Some(0.0) {
+            break "standby again";
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the old leader neither stopped nor stepped down:\n{}",
+            a.log()
+        );
+    };
+    println!("standby leader cut from Kafka: the old leader {outcome}");
+    if std::env::var_os("IT_HA_LOG").is_some() {
+        println!("OLD LEADER:\n{}\nNEW LEADER:\n{}", a.log(), b.log());
+    }
+    // Still the leader (its stream may be reconnecting after the old one's last reads).
+    wait_streaming(p.b.monitor_port, Duration::from_secs(60), &b).await;
+    finish(&p, &mut b, writer, "leader cut from Kafka").await;
+}
