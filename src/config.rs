@@ -70,6 +70,10 @@ pub struct PipelineConfig {
     /// Records handed to Kafka but not yet acknowledged; reading pauses above it.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
+    /// Bytes (keys, values, headers) of those records; reading pauses above it, inside a
+    /// large transaction too.
+    #[serde(default = "default_max_in_flight_bytes")]
+    pub max_in_flight_bytes: usize,
     /// Seconds to wait for in-flight acknowledgements on shutdown.
     #[serde(default = "default_shutdown_timeout_secs")]
     pub shutdown_timeout_secs: u64,
@@ -81,6 +85,9 @@ impl PipelineConfig {
         if self.max_in_flight == 0 {
             return Err("pipeline.max_in_flight must be at least 1".into());
         }
+        if self.max_in_flight_bytes == 0 {
+            return Err("pipeline.max_in_flight_bytes must be at least 1".into());
+        }
         Ok(())
     }
 }
@@ -89,6 +96,7 @@ impl Default for PipelineConfig {
     fn default() -> Self {
         Self {
             max_in_flight: default_max_in_flight(),
+            max_in_flight_bytes: default_max_in_flight_bytes(),
             shutdown_timeout_secs: default_shutdown_timeout_secs(),
         }
     }
@@ -98,6 +106,10 @@ fn default_max_in_flight() -> usize {
     // Fuller per-partition batches: 20 000 → 50 000 took a 1M backlog from 130k to
     // 177k events/s and cut the broker's CPU per event by 30 %, for 30 MB more RSS.
     50_000
+}
+
+fn default_max_in_flight_bytes() -> usize {
+    64 << 20
 }
 
 fn default_shutdown_timeout_secs() -> u64 {

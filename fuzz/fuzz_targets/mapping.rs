@@ -44,6 +44,7 @@ fuzz_target!(|data: &[u8]| {
         end: "mysql-bin.000001:100".parse().unwrap(),
         commit_time_ms: 0,
         changes: vec![RowChange { table, op: RowOp::Insert, row: Some(row), event_offset: 99 }],
+        complete: data.first().is_some_and(|b| b & 4 == 0),
     };
     let mut mapping = ColumnMapping::default();
     mapping.timestamp = Some("created_at".into());

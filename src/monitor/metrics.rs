@@ -331,9 +331,13 @@ impl Metrics {
         &self.0.progress
     }
     /// The reader routed a transaction ending at `end` with `records` records.
-    pub fn read(&self, end: &Position, commit_time_ms: i64, records: usize) {
+    pub fn read(&self, end: Option<&Position>, commit_time_ms: i64, records: usize) {
         let i = &self.0;
         i.progress.routed(commit_time_ms, records);
+        // A streamed part of a large transaction: its records count, its end is not one.
+        let Some(end) = end else {
+            return;
+        };
         i.transactions.inc();
         if records > 0 {
             i.transaction_records.observe(records as f64);

@@ -75,6 +75,8 @@ pub struct MappedTransaction {
     pub invalid: Vec<InvalidEvent>,
     /// UPDATE / DELETE rows ignored, per operation and table, for the counters.
     pub ignored: Vec<Ignored>,
+    /// False for a streamed part of a larger transaction.
+    pub complete: bool,
 }
 
 /// Rows of one operation on one table that were ignored (the outbox is append-only).
@@ -154,6 +156,7 @@ impl Mapper {
             events,
             invalid,
             ignored,
+            complete: txn.complete,
         })
     }
 

@@ -33,12 +33,28 @@ pub(super) struct Acker<'a> {
     uncommitted: Option<u64>,
 }
 
+/// Records and bytes handed to the sink and not yet acknowledged.
+#[derive(Default)]
+struct Window {
+    records: usize,
+    bytes: usize,
+}
+
+impl Window {
+    fn remove(&mut self, done: &Completed) {
+        self.records -= done.records;
+        self.bytes -= done.bytes;
+    }
+}
+
 /// Deliveries in commit order.
 type InFlight = FuturesOrdered<futures::future::BoxFuture<'static, Completed>>;
 
 /// Exactly-once mode's Kafka transaction: when it opened and how much it holds.
 struct OpenTransaction {
     is_open: bool,
+    /// The last batch sent ended a binlog transaction: a commit may follow.
+    at_boundary: bool,
     opened_at: Instant,
     records: usize,
     max_records: usize,
@@ -49,6 +65,7 @@ impl OpenTransaction {
     fn new(config: &Config) -> Self {
         Self {
             is_open: false,
+            at_boundary: true,
             opened_at: Instant::now(),
             records: 0,
             max_records: config.delivery.commit_max_records,
@@ -66,9 +83,11 @@ impl OpenTransaction {
         Ok(())
     }
 
-    /// Time to commit: full, or old enough.
+    /// Time to commit: full, or old enough, and at the end of a binlog transaction (a
+    /// large one's parts all go into one Kafka transaction).
     fn due(&self) -> bool {
         self.is_open
+            && self.at_boundary
             && (self.records >= self.max_records || self.opened_at.elapsed() >= self.max_age)
     }
 
@@ -84,8 +103,11 @@ struct Completed {
     end: Position,
     /// Its commit time (ms since epoch).
     commit_time_ms: i64,
-    /// Records it had.
+    /// Records it had, and their bytes.
     records: usize,
+    bytes: usize,
+    /// It ended a binlog transaction (else a streamed part of one).
+    complete: bool,
     /// When they were handed to the producer.
     sent_at: Instant,
     /// What Kafka said: records acknowledged, or the first failure.
@@ -129,8 +151,9 @@ impl<'a> Acker<'a> {
         stop_reading: &CancellationToken,
     ) -> Result<(), PipelineError> {
         let max_in_flight = config.pipeline.max_in_flight;
+        let max_in_flight_bytes = config.pipeline.max_in_flight_bytes;
         let mut in_flight: InFlight = FuturesOrdered::new();
-        let mut in_flight_records = 0usize;
+        let mut window = Window::default();
         let mut txn = sink
             .is_transactional()
             .then(|| OpenTransaction::new(config));
@@ -147,13 +170,13 @@ impl<'a> Acker<'a> {
             tokio::select! {
                 biased;
                 Some(done) = in_flight.next(), if !in_flight.is_empty() => {
-                    in_flight_records -= done.records;
+                    window.remove(&done);
                     if let Err(e) = self.complete(done) {
                         failure = Some(e);
                         break;
                     }
                 }
-                batch = rx.recv(), if in_flight_records < max_in_flight => {
+                batch = rx.recv(), if window.records < max_in_flight && window.bytes < max_in_flight_bytes => {
                     let Some(batch) = batch else { break };
                     if let Some(t) = &mut txn {
                         if let Err(e) = t.open(sink) {
@@ -161,9 +184,11 @@ impl<'a> Acker<'a> {
                             break;
                         }
                         t.records += batch.records.len();
+                        t.at_boundary = batch.complete;
                     }
                     let n = batch.records.len();
-                    let (end, commit_time_ms, routed_at) = (batch.end, batch.commit_time_ms, batch.routed_at);
+                    let bytes: usize = batch.records.iter().map(crate::route::Record::size).sum();
+                    let (end, commit_time_ms, routed_at, complete) = (batch.end, batch.commit_time_ms, batch.routed_at, batch.complete);
                     let records_topics = topics_of(&batch.records);
                     let delivery = match sink.send(batch.records).await {
                         Ok(d) => d,
@@ -173,9 +198,10 @@ impl<'a> Acker<'a> {
                     let sent_at = Instant::now();
                     self.metrics.routed_to_sent((sent_at - routed_at).as_secs_f64());
                     count_routed(self.metrics, &records_topics);
-                    in_flight_records += n;
+                    window.records += n;
+                    window.bytes += bytes;
                     in_flight.push_back(Box::pin(async move {
-                        Completed { end, commit_time_ms, records: n, sent_at, delivery: delivery.await }
+                        Completed { end, commit_time_ms, records: n, bytes, complete, sent_at, delivery: delivery.await }
                     }));
                 }
                 _ = tick.tick() => {
@@ -188,10 +214,7 @@ impl<'a> Acker<'a> {
             match &mut txn {
                 None => self.publish(),
                 Some(t) if t.due() => {
-                    if let Err(e) = self
-                        .commit(sink, t, &mut in_flight, &mut in_flight_records)
-                        .await
-                    {
+                    if let Err(e) = self.commit(sink, t, &mut in_flight, &mut window).await {
                         failure = Some(e);
                         break;
                     }
@@ -210,7 +233,7 @@ impl<'a> Acker<'a> {
         let deadline = Duration::from_secs(config.pipeline.shutdown_timeout_secs);
         let drained = tokio::time::timeout(deadline, async {
             while let Some(done) = in_flight.next().await {
-                in_flight_records -= done.records;
+                window.remove(&done);
                 if failure.is_none() {
                     if let Err(e) = self.complete(done) {
                         failure = Some(e);
@@ -221,19 +244,18 @@ impl<'a> Acker<'a> {
         .await;
         if drained.is_err() {
             warn!(
-                records = in_flight_records,
+                records = window.records,
                 deadline_secs = deadline.as_secs(),
                 "records still unacknowledged at the deadline; they will be sent again after restart"
             );
         }
         match &mut txn {
             None => self.publish(),
-            // Everything delivered: the last transaction commits like any other.
-            Some(t) if t.is_open && failure.is_none() && drained.is_ok() => {
-                if let Err(e) = self
-                    .commit(sink, t, &mut in_flight, &mut in_flight_records)
-                    .await
-                {
+            // Everything delivered: the last transaction commits like any other — unless
+            // it ends inside a large binlog transaction, whose parts must all commit
+            // together.
+            Some(t) if t.is_open && t.at_boundary && failure.is_none() && drained.is_ok() => {
+                if let Err(e) = self.commit(sink, t, &mut in_flight, &mut window).await {
                     failure = Some(e);
                 }
             }
@@ -256,11 +278,11 @@ impl<'a> Acker<'a> {
         sink: &Sink,
         txn: &mut OpenTransaction,
         in_flight: &mut InFlight,
-        in_flight_records: &mut usize,
+        window: &mut Window,
     ) -> Result<(), PipelineError> {
         let started = Instant::now();
         while let Some(done) = in_flight.next().await {
-            *in_flight_records -= done.records;
+            window.remove(&done);
             if let Err(e) = self.complete(done) {
                 sink.abort();
                 return Err(e);
@@ -295,10 +317,13 @@ impl<'a> Acker<'a> {
             Some(pending) => *pending += n as u64,
             None => self.metrics.acked(n as u64),
         }
-        self.watermark = done.end;
-        self.unpublished = true;
-        if done.commit_time_ms > 0 {
-            self.watermark_commit_ms = done.commit_time_ms;
+        // A part of a large transaction moves nothing: only its last part has an end.
+        if done.complete {
+            self.watermark = done.end;
+            self.unpublished = true;
+            if done.commit_time_ms > 0 {
+                self.watermark_commit_ms = done.commit_time_ms;
+            }
         }
         crash_point!("ack.before_checkpoint");
         Ok(())

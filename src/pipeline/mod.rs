@@ -266,7 +266,8 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         &tables,
         config.source.heartbeat(),
     )
-    .await?;
+    .await?
+    .with_max_transaction_bytes(config.source.max_transaction_bytes);
     metrics.set_connected(true);
     info!(position = %start, by_gtid, tables = ?config.outbox.tables, "streaming binlog");
 

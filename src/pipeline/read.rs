@@ -64,7 +64,11 @@ pub(super) async fn read_loop(
         if !batch.invalid.is_empty() {
             policy.apply(&router, &metrics, &mut batch)?;
         }
-        metrics.read(&batch.end, batch.commit_time_ms, batch.records.len());
+        metrics.read(
+            batch.complete.then_some(&batch.end),
+            batch.commit_time_ms,
+            batch.records.len(),
+        );
         crash_point!("read.before_send");
         let permit = match tx.try_reserve() {
             Ok(permit) => permit,

@@ -63,6 +63,7 @@ pub(crate) async fn republish(
                 end: position.clone(),
                 commit_time_ms: now_ms(),
                 changes,
+                complete: true,
             };
             let mut batch = super::read::map_and_route(&mapper, &router, &metrics, txn)?;
             policy.apply(&router, &metrics, &mut batch)?;

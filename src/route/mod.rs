@@ -61,6 +61,19 @@ pub struct Record {
     pub event: EventRef,
 }
 
+impl Record {
+    /// Bytes the producer holds for it: key, value and headers.
+    pub fn size(&self) -> usize {
+        self.key.len()
+            + self.value.as_ref().map_or(0, Vec::len)
+            + self
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
+    }
+}
+
 /// Enough of an event to name it in an error.
 #[derive(Debug, Clone)]
 pub struct EventRef {
@@ -85,6 +98,9 @@ pub struct Batch {
     pub invalid: Vec<InvalidEvent>,
     /// When the transaction was routed, for the pipeline's stage timings.
     pub routed_at: std::time::Instant,
+    /// False for a streamed part of a larger transaction: the checkpoint may not move
+    /// past it, nor may a Kafka transaction commit after it.
+    pub complete: bool,
 }
 
 /// Turns events into records.
@@ -141,6 +157,7 @@ impl Router {
             records,
             invalid,
             routed_at: std::time::Instant::now(),
+            complete: txn.complete,
         })
     }
 

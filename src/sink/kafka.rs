@@ -108,6 +108,15 @@ impl KafkaSink {
                     .to_string();
                 client.set("transaction.timeout.ms", message_timeout);
             }
+            // Back-to-back transactions: the next one's AddPartitionsToTxn meets
+            // CONCURRENT_TRANSACTIONS until the last one's markers are written, and
+            // librdkafka asks again after retry.backoff.ms (100) — a floor of 100 ms per
+            // transaction. Java's producer retries that request after 20 ms
+            // (KAFKA-5477); other retries still back off exponentially to
+            // retry.backoff.max.ms.
+            if !cfg.properties.contains_key("retry.backoff.ms") {
+                client.set("retry.backoff.ms", "5");
+            }
         }
         let producer = ThreadedProducer::from_config_and_context(&client, context)
             .map_err(SinkError::Create)?;

@@ -29,7 +29,11 @@ pub(super) fn last(
     c.set("group.id", "outbox-router-checkpoint-reader")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
-        .set("isolation.level", "read_committed");
+        .set("isolation.level", "read_committed")
+        // The reader waits for the end of the partition (repeatedly, while another
+        // producer's transaction holds the stable offset back): do not let each fetch
+        // at the end sit out the default 500 ms.
+        .set("fetch.wait.max.ms", "20");
     let consumer: BaseConsumer<QuietEof> = c
         .create_with_context(QuietEof)
         .map_err(|e| failed(e.to_string()))?;

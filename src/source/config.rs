@@ -40,6 +40,11 @@ pub struct SourceConfig {
     /// stream within ten minutes (each one is a warning; they would flap forever).
     #[serde(default = "default_server_id_conflicts_max")]
     pub server_id_conflicts_max: u32,
+    /// Stop at a transaction with more outbox row bytes than this (binlog row events),
+    /// holding each whole until then; unset (default): transactions of any size stream
+    /// through in parts.
+    #[serde(default)]
+    pub max_transaction_bytes: Option<u64>,
     /// TLS to the server: `disabled`, `required` (encrypted, certificate not checked),
     /// `verify_ca` (signed by `tls_ca_file`) or `verify_identity` (also matches `host`).
     #[serde(default)]

@@ -49,6 +49,8 @@ pub enum SourceError {
     },
     #[error("rows of outbox table {table} in a transaction that ended in ROLLBACK at {position}: they never committed and are not published, but their transaction also changed non-transactional tables, which the outbox pattern cannot make atomic; keep the outbox and the business tables on InnoDB; after checking, move past it with `checkpoint set`")]
     RolledBack { table: String, position: String },
+    #[error("the transaction starting at {position} has more than {limit} bytes of outbox rows (source.max_transaction_bytes): the router stops rather than split or drop it; raise or remove the limit (without one, large transactions stream)")]
+    TransactionTooLarge { position: String, limit: u64 },
     #[error("the server refused to stream from {position} (error {code}: {message}): {fix}")]
     Refused {
         position: String,
@@ -85,6 +87,7 @@ impl SourceError {
             | SourceError::Unaccountable { .. }
             | SourceError::StatementLogged { .. }
             | SourceError::RolledBack { .. }
+            | SourceError::TransactionTooLarge { .. }
             | SourceError::Refused { .. }
             | SourceError::Purged { .. }
             | SourceError::ForeignPosition { .. }

@@ -13,6 +13,8 @@ pub const GTID_LIST_EVENT: u8 = 163;
 
 /// The transaction is a single statement with no closing XID/COMMIT (DDL).
 const FL_STANDALONE: u8 = 1;
+/// The group is a prepared XA branch (its rows wait for `XA COMMIT`).
+const FL_PREPARED_XA: u8 = 64;
 /// XA_PREPARE_LOG_EVENT (MySQL and MariaDB): ends the group of a prepared XA branch.
 pub const XA_PREPARE_LOG_EVENT: u8 = 38;
 
@@ -23,6 +25,8 @@ pub struct GtidEvent {
     pub gtid: MariaGtid,
     /// True for a standalone (DDL) transaction: its one query event ends it.
     pub standalone: bool,
+    /// True for the group of a prepared XA branch.
+    pub prepared_xa: bool,
 }
 
 /// Decodes a GTID event body: seq u64 LE, domain u32 LE, flags u8.
@@ -37,6 +41,7 @@ pub fn parse_gtid(data: &[u8], server_id: u32) -> Option<GtidEvent> {
             seq,
         },
         standalone: flags & FL_STANDALONE != 0,
+        prepared_xa: flags & FL_PREPARED_XA != 0,
     })
 }
 

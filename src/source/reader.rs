@@ -67,6 +67,31 @@ pub struct BinlogReader {
     /// events carry log_pos 0.
     payload_end: Option<u64>,
     changes: Vec<RowChange>,
+    /// The current group, for streaming it in parts.
+    group: GroupSize,
+    /// `source.max_transaction_bytes`.
+    max_transaction_bytes: Option<u64>,
+}
+
+/// Rows in a transaction before a part of it is streamed: a transaction of any size then
+/// holds at most this much in the reader, and the pipeline's in-flight window (records
+/// and bytes) holds inside it too.
+const PART_ROWS: usize = 2_000;
+/// Row-event bytes before a part is streamed.
+const PART_BYTES: u64 = 4 << 20;
+
+/// How much of the current group has been read, and whether parts of it went out.
+#[derive(Debug, Default)]
+struct GroupSize {
+    /// A prepared XA branch: its rows wait for `XA COMMIT`, never streamed.
+    xa: bool,
+    /// Row-event bytes of watched tables in the group.
+    bytes: u64,
+    /// Of those, not yet streamed.
+    pending_bytes: u64,
+    /// Parts already streamed, and whether they held inserts.
+    streamed: bool,
+    streamed_inserts: bool,
 }
 
 impl BinlogReader {
@@ -130,7 +155,16 @@ impl BinlogReader {
             prepared: Vec::new(),
             payload_end: None,
             changes: Vec::new(),
+            group: GroupSize::default(),
+            max_transaction_bytes: None,
         })
+    }
+
+    /// Stops at a transaction with more outbox row bytes than `limit`, holding each one
+    /// whole up to it (unset: transactions stream in parts).
+    pub fn with_max_transaction_bytes(mut self, limit: Option<u64>) -> Self {
+        self.max_transaction_bytes = limit;
+        self
     }
 
     /// The position of the last completed transaction read.
@@ -186,6 +220,7 @@ impl BinlogReader {
                     standalone: gtid.standalone,
                 });
                 self.apply(step, event_end, header.timestamp())?;
+                self.group.xa = gtid.prepared_xa;
                 self.at.gtid.apply_mariadb(gtid.gtid);
                 return Ok(None);
             }
@@ -254,7 +289,12 @@ impl BinlogReader {
             | EventType::UPDATE_ROWS_EVENT_V1
             | EventType::PARTIAL_UPDATE_ROWS_EVENT
             | EventType::DELETE_ROWS_EVENT
-            | EventType::DELETE_ROWS_EVENT_V1 => self.rows(&event, event_end)?,
+            | EventType::DELETE_ROWS_EVENT_V1 => {
+                self.rows(&event, event_end)?;
+                if let Some(part) = self.part(header.timestamp()) {
+                    return Ok(Some(part));
+                }
+            }
             EventType::XID_EVENT => {
                 let step = self.boundaries.step(&Boundary::Xid);
                 return self.apply(step, event_end, header.timestamp());
@@ -264,6 +304,7 @@ impl BinlogReader {
                     return Err(self.decode_error(event_end, "QUERY event did not decode"));
                 };
                 let sql = q.query_raw();
+                let xa_start = super::boundary::classify(sql) == super::boundary::Statement::XaStart;
                 let step = self.boundaries.step(&Boundary::Query(sql));
                 if step == Step::StatementDml {
                     self.statement_dml(sql, &q.schema(), event_end)?;
@@ -272,7 +313,10 @@ impl BinlogReader {
                     }
                     return Ok(Some(self.commit(event_end, header.timestamp())));
                 }
-                return self.apply(step, event_end, header.timestamp());
+                let done = self.apply(step, event_end, header.timestamp());
+                // MySQL opens an XA branch's group with `XA START` (MariaDB flags its GTID).
+                self.group.xa |= xa_start;
+                return done;
             }
             EventType::PRE_GA_WRITE_ROWS_EVENT
             | EventType::PRE_GA_UPDATE_ROWS_EVENT
@@ -319,18 +363,28 @@ impl BinlogReader {
             Step::Continue | Step::StatementDml => return Ok(None),
             Step::Begin => {
                 self.changes.clear();
+                self.group = GroupSize::default();
                 self.group_start = self.at.clone();
                 return Ok(None);
             }
             Step::Commit => {}
             Step::Rollback => {
-                if let Some(row) = self.changes.iter().find(|c| c.op == RowOp::Insert) {
+                let inserted = self.changes.iter().find(|c| c.op == RowOp::Insert);
+                if inserted.is_some() || self.group.streamed_inserts {
                     return Err(SourceError::RolledBack {
-                        table: row.table.to_string(),
+                        table: inserted.map_or_else(|| "(streamed part)".into(), |r| r.table.to_string()),
                         position: position(),
                     });
                 }
                 self.changes.clear();
+            }
+            // Parts of a group go out before its end only when it is not an XA branch;
+            // had one gone out, its rows would be public before the branch commits.
+            Step::XaPrepared(_) if self.group.streamed => {
+                return Err(SourceError::Unaccountable {
+                    position: position(),
+                    reason: "an XA branch whose rows were streamed before its prepare (its group did not say it was XA)".into(),
+                })
             }
             Step::XaPrepared(xid) => {
                 self.prepared.push(PreparedXa {
@@ -392,11 +446,33 @@ impl BinlogReader {
             Some(oldest) => oldest.resume.clone(),
             None => self.at.clone(),
         };
+        self.group = GroupSize::default();
         Transaction {
             end: checkpoint,
             commit_time_ms: i64::from(timestamp_secs) * 1000,
             changes: std::mem::take(&mut self.changes),
+            complete: true,
         }
+    }
+
+    /// A part of a large group, once enough of it is read (never of an XA branch).
+    fn part(&mut self, timestamp_secs: u32) -> Option<Transaction> {
+        let big = self.changes.len() >= PART_ROWS || self.group.pending_bytes >= PART_BYTES;
+        // With a ceiling set, a transaction is held whole up to it (then refused), so
+        // nothing of a refused one goes out.
+        let held_whole = self.max_transaction_bytes.is_some();
+        if !big || held_whole || self.group.xa || !self.boundaries.in_group() {
+            return None;
+        }
+        self.group.pending_bytes = 0;
+        self.group.streamed = true;
+        self.group.streamed_inserts |= self.changes.iter().any(|c| c.op == RowOp::Insert);
+        Some(Transaction {
+            end: self.group_start.clone(),
+            commit_time_ms: i64::from(timestamp_secs) * 1000,
+            changes: std::mem::take(&mut self.changes),
+            complete: false,
+        })
     }
 
     /// Follows a rotate event; true when a real rotation moved the reader to a new file.
@@ -472,6 +548,17 @@ impl BinlogReader {
                 ))
             }
         };
+        let size = event.data().len() as u64;
+        self.group.bytes += size;
+        self.group.pending_bytes += size;
+        if let Some(limit) = self.max_transaction_bytes {
+            if self.group.bytes > limit {
+                return Err(SourceError::TransactionTooLarge {
+                    position: self.group_start.to_string(),
+                    limit,
+                });
+            }
+        }
         let decoded = layout.rows(&rows).map_err(|e| SourceError::Decode {
             position: format!("{}:{}", self.at.file, event_end),
             reason: format!("row of {}: {e}", layout.table),

@@ -50,4 +50,8 @@ pub struct Transaction {
     pub commit_time_ms: i64,
     /// Changes to watched tables, in binlog order; empty for unrelated transactions.
     pub changes: Vec<RowChange>,
+    /// False for a part of a large transaction streamed before its commit event (its
+    /// `end` is then the position before the transaction): the checkpoint moves only
+    /// past complete transactions.
+    pub complete: bool,
 }

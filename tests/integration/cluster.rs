@@ -108,9 +108,31 @@ fn unproven(log: &str) -> usize {
 /// and content; per-key first occurrences in commit order.
 #[tokio::test(flavor = "multi_thread")]
 async fn leaders_move_under_new_producers() {
+    leaders_move("leaders", None).await;
+}
+
+/// The same leader moves in exactly-once mode (the transaction log and checkpoint topic
+/// RF=3 too): a read_committed consumer sees every event once.
+#[tokio::test(flavor = "multi_thread")]
+async fn leaders_move_under_new_producers_exactly_once() {
+    let delivery = format!(
+        "mode = \"exactly-once\"\ntransactional_id = \"it-eos-leaders-{}\"",
+        std::process::id()
+    );
+    let duplicates = leaders_move("eos_leaders", Some(&delivery)).await;
+    assert_eq!(
+        duplicates, 0,
+        "exactly-once mode re-delivered {duplicates} events"
+    );
+}
+
+async fn leaders_move(name: &str, delivery: Option<&str>) -> usize {
     let _cluster = CLUSTER.lock().await;
     let _settings = SERVER_SETTINGS.read().await;
-    let setup = cluster_setup("leaders").await;
+    let mut setup = cluster_setup(name).await;
+    if let Some(delivery) = delivery {
+        setup.extra_toml += &format!("[delivery]\n{delivery}\n");
+    }
     let db = setup.db.clone();
     let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
     let per_cycle = 20;
@@ -165,9 +187,10 @@ async fn leaders_move_under_new_producers() {
     unproven_reports += unproven(&log);
     let duplicates = check_stream_at(BOOTSTRAP, &topics, total);
     println!(
-        "cluster leader moves: cycles={} events={total} lost=0 duplicates={duplicates} unproven_deliveries={unproven_reports}",
+        "cluster leader moves ({name}): cycles={} events={total} lost=0 duplicates={duplicates} unproven_deliveries={unproven_reports}",
         cycles()
     );
+    duplicates
 }
 
 /// Two of three brokers down: below min.insync.replicas=2 nothing can be acknowledged.

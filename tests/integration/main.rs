@@ -14,6 +14,7 @@ mod exactly_once;
 mod failover;
 mod fresh_broker;
 mod import;
+mod large;
 mod outage;
 mod rows;
 mod security;

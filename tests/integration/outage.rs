@@ -67,12 +67,37 @@ async fn broker_killed_and_restarted(name: &str, delivery: Option<&str>) -> usiz
     duplicates
 }
 
+/// Exactly-once settings with the test's own transactional id.
+fn exactly_once(name: &str) -> String {
+    format!(
+        "mode = \"exactly-once\"\ntransactional_id = \"it-{name}-{}\"",
+        std::process::id()
+    )
+}
+
 /// MariaDB restarts mid-stream (its binlog rotates); the router reconnects from its
 /// checkpoint and follows into the new file.
 #[tokio::test(flavor = "multi_thread")]
 async fn mariadb_restarted_mid_stream() {
+    mariadb_restarted("db_restart", None).await;
+}
+
+/// The same restart in exactly-once mode: 0 duplicates for read_committed.
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_restarted_mid_stream_exactly_once() {
+    let duplicates = mariadb_restarted("eos_db_restart", Some(&exactly_once("db-restart"))).await;
+    assert_eq!(
+        duplicates, 0,
+        "exactly-once mode re-delivered {duplicates} events"
+    );
+}
+
+async fn mariadb_restarted(name: &str, delivery: Option<&str>) -> usize {
     let _settings = SERVER_SETTINGS.write().await;
-    let (conn, setup) = fresh("db_restart").await;
+    let (conn, mut setup) = fresh(name).await;
+    if let Some(delivery) = delivery {
+        setup.extra_toml = format!("[delivery]\n{delivery}\n");
+    }
     let db = setup.db.clone();
     let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
 
@@ -91,19 +116,37 @@ async fn mariadb_restarted_mid_stream() {
         "no reconnect logged:\n{log}"
     );
     let duplicates = check_stream(&topics, total);
-    println!("mariadb restart: events={total} lost=0 duplicates={duplicates}");
+    println!("mariadb restart ({name}): events={total} lost=0 duplicates={duplicates}");
+    duplicates
 }
 
 /// Connections between router and MariaDB are cut three times by a proxy.
 #[tokio::test(flavor = "multi_thread")]
 async fn connections_cut_by_a_proxy() {
+    connections_cut("cut", None).await;
+}
+
+/// The same cuts in exactly-once mode: 0 duplicates for read_committed.
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_cut_by_a_proxy_exactly_once() {
+    let duplicates = connections_cut("eos_cut", Some(&exactly_once("cut"))).await;
+    assert_eq!(
+        duplicates, 0,
+        "exactly-once mode re-delivered {duplicates} events"
+    );
+}
+
+async fn connections_cut(name: &str, delivery: Option<&str>) -> usize {
     let _settings = SERVER_SETTINGS.read().await;
-    let (db, server_id) = unique("cut");
+    let (db, server_id) = unique(name);
     let mut conn = app_conn().await;
     outbox_db(&mut conn, &db).await;
     let proxy = CutProxy::start(mariadb_port()).await;
     let mut setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
     setup.source_port = proxy.port;
+    if let Some(delivery) = delivery {
+        setup.extra_toml = format!("[delivery]\n{delivery}\n");
+    }
     let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
 
     let writer = tokio::spawn(write_stream(db.clone(), 0, 150, 40, 20));
@@ -125,5 +168,6 @@ async fn connections_cut_by_a_proxy() {
         "no reconnect logged:\n{log}"
     );
     let duplicates = check_stream(&topics, total);
-    println!("connection cuts: cuts={cuts} events={total} lost=0 duplicates={duplicates}");
+    println!("connection cuts ({name}): cuts={cuts} events={total} lost=0 duplicates={duplicates}");
+    duplicates
 }

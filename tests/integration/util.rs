@@ -255,6 +255,8 @@ pub struct RouterSetup {
     pub outbox_toml: String,
     /// Extra keys of the [source] section.
     pub source_toml: String,
+    /// Extra keys of the [pipeline] section.
+    pub pipeline_toml: String,
     /// Kafka bootstrap servers for the router.
     pub kafka_bootstrap: String,
 }
@@ -276,6 +278,7 @@ impl RouterSetup {
             extra_toml: String::new(),
             outbox_toml: String::new(),
             source_toml: String::new(),
+            pipeline_toml: String::new(),
             kafka_bootstrap: kafka_bootstrap(),
         }
     }
@@ -333,6 +336,7 @@ flush_interval_ms = {flush}
 [pipeline]
 max_in_flight = 5000
 shutdown_timeout_secs = 20
+{pipeline_extra}
 
 [monitor]
 listen = "{listen}"
@@ -346,6 +350,7 @@ interval_secs = 1
             },
             outbox_extra = self.outbox_toml,
             source_extra = self.source_toml,
+            pipeline_extra = self.pipeline_toml,
             kafka_properties = self
                 .kafka_properties
                 .iter()
@@ -422,7 +427,11 @@ interval_secs = 1
             .arg("run")
             .envs(env.iter().copied())
             .env("IT_CDC_PASSWORD", "cdc-secret")
-            .env("OUTBOX_ROUTER_LOG", "info,outbox_router=debug,rdkafka=warn")
+            .env(
+                "OUTBOX_ROUTER_LOG",
+                std::env::var("IT_ROUTER_LOG")
+                    .unwrap_or_else(|_| "info,outbox_router=debug,rdkafka=warn".into()),
+            )
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
