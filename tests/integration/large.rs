@@ -6,8 +6,6 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mysql_async::prelude::Queryable;
-
 use crate::util::*;
 use crate::{check_stream, SERVER_SETTINGS, TYPES};
 
@@ -21,26 +19,19 @@ async fn insert_large_txn(db: &str, from: usize, rows: usize, payload_len: usize
     let mut tx = conn.start_transaction(Default::default()).await.unwrap();
     let pad = "x".repeat(payload_len);
     for chunk in (from..from + rows).collect::<Vec<_>>().chunks(5_000) {
-        let placeholders = vec!["(?,?,?,?,?)"; chunk.len()].join(",");
-        let params: Vec<mysql_async::Value> = chunk
+        let events: Vec<Ev> = chunk
             .iter()
-            .flat_map(|s| {
-                let agg = TYPES[s % 3];
-                [
-                    format!("s-{s}").into(),
-                    agg.into(),
-                    format!("k-{}", s % 50).into(),
-                    format!("{agg}Happened").into(),
-                    format!("{{\"seq\":{s},\"pad\":\"{pad}\"}}").into(),
-                ]
+            .map(|s| {
+                let payload = format!("{{\"seq\":{s},\"pad\":\"{pad}\"}}");
+                Ev::new(
+                    format!("s-{s}"),
+                    TYPES[s % 3],
+                    &format!("k-{}", s % 50),
+                    payload,
+                )
             })
             .collect();
-        tx.exec_drop(
-            format!("INSERT INTO {db}.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES {placeholders}"),
-            params,
-        )
-        .await
-        .unwrap();
+        insert_in(&mut tx, db, &events).await;
     }
     tx.commit().await.unwrap();
 }

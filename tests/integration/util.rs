@@ -211,6 +211,12 @@ impl Ev {
 /// Inserts events in one transaction, as one multi-row INSERT.
 pub async fn insert_txn(conn: &mut Conn, db: &str, events: &[Ev]) {
     let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    insert_in(&mut tx, db, events).await;
+    tx.commit().await.unwrap();
+}
+
+/// Inserts events as one multi-row INSERT into an open transaction.
+pub async fn insert_in(tx: &mut mysql_async::Transaction<'_>, db: &str, events: &[Ev]) {
     let placeholders = vec!["(?,?,?,?,?)"; events.len()].join(",");
     let params: Vec<mysql_async::Value> = events
         .iter()
@@ -230,7 +236,6 @@ pub async fn insert_txn(conn: &mut Conn, db: &str, events: &[Ev]) {
     )
     .await
     .unwrap();
-    tx.commit().await.unwrap();
 }
 
 /// Settings of one test's router.
