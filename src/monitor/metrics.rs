@@ -513,21 +513,18 @@ impl Metrics {
     pub fn live(&self) -> Live {
         let progress = &self.0.progress;
         let readiness = self.readiness();
+        let (role, instance) = {
+            let state = self.0.state.lock().expect("metrics state");
+            (state.role.role, state.role.instance.clone())
+        };
         Live {
             ready: readiness.is_ok(),
             not_ready_reason: readiness.err(),
             in_flight_records: progress.records(),
             delivery_stall_secs: progress.stalled_for().as_secs_f64(),
             reader_position: self.reader_position().map(|p| p.to_string()),
-            role: self.role(),
-            instance: self
-                .0
-                .state
-                .lock()
-                .expect("metrics state")
-                .role
-                .instance
-                .clone(),
+            role,
+            instance,
         }
     }
     /// Lag from what the router holds: now minus the commit time of the oldest

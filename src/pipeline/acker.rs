@@ -41,6 +41,11 @@ struct Window {
 }
 
 impl Window {
+    fn add(&mut self, records: usize, bytes: usize) {
+        self.records += records;
+        self.bytes += bytes;
+    }
+
     fn remove(&mut self, done: &Completed) {
         self.records -= done.records;
         self.bytes -= done.bytes;
@@ -198,8 +203,7 @@ impl<'a> Acker<'a> {
                     let sent_at = Instant::now();
                     self.metrics.routed_to_sent((sent_at - routed_at).as_secs_f64());
                     count_routed(self.metrics, &records_topics);
-                    window.records += n;
-                    window.bytes += bytes;
+                    window.add(n, bytes);
                     in_flight.push_back(Box::pin(async move {
                         Completed { end, commit_time_ms, records: n, bytes, complete, sent_at, delivery: delivery.await }
                     }));

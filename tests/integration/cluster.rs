@@ -115,10 +115,7 @@ async fn leaders_move_under_new_producers() {
 /// RF=3 too): a read_committed consumer sees every event once.
 #[tokio::test(flavor = "multi_thread")]
 async fn leaders_move_under_new_producers_exactly_once() {
-    let delivery = format!(
-        "mode = \"exactly-once\"\ntransactional_id = \"it-eos-leaders-{}\"",
-        std::process::id()
-    );
+    let delivery = exactly_once_delivery("eos-leaders", false);
     let duplicates = leaders_move("eos_leaders", Some(&delivery)).await;
     assert_eq!(
         duplicates, 0,
@@ -130,9 +127,7 @@ async fn leaders_move(name: &str, delivery: Option<&str>) -> usize {
     let _cluster = CLUSTER.lock().await;
     let _settings = SERVER_SETTINGS.read().await;
     let mut setup = cluster_setup(name).await;
-    if let Some(delivery) = delivery {
-        setup.extra_toml += &format!("[delivery]\n{delivery}\n");
-    }
+    setup.delivery(delivery);
     let db = setup.db.clone();
     let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
     let per_cycle = 20;

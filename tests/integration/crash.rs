@@ -71,9 +71,7 @@ pub(crate) async fn crash_cycles_in(
     let (_conn, mut setup) = fresh(name).await;
     let db = setup.db.clone();
     setup.flush_interval_ms = 20;
-    if let Some(delivery) = delivery {
-        setup.extra_toml = format!("[delivery]\n{delivery}\n");
-    }
+    setup.delivery(delivery);
     let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
     write_mixed(&db, 0, EVENTS, 50).await;
     let mut events = EVENTS;

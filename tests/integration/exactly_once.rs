@@ -4,6 +4,7 @@
 //! Cycles per window: `IT_EOS_CYCLES` (default 5; the at-least-once suite runs 20).
 
 use crate::crash::crash_cycles_in;
+use crate::util::exactly_once_delivery;
 
 fn cycles() -> usize {
     std::env::var("IT_EOS_CYCLES")
@@ -12,17 +13,16 @@ fn cycles() -> usize {
         .unwrap_or(5)
 }
 
-/// Exactly-once settings for one test: its own transactional id (and so its own
-/// checkpoint record); small transactions, so crashes land inside and between them.
-fn delivery(name: &str) -> String {
-    format!(
-        "mode = \"exactly-once\"\ntransactional_id = \"it-{name}-{}\"\ncommit_max_records = 500\ncommit_max_ms = 50",
-        std::process::id()
-    )
-}
-
 async fn exactly_once(name: &str, point: &str, lo: u64, hi: u64) {
-    let duplicates = crash_cycles_in(name, point, lo, hi, Some(&delivery(name)), cycles()).await;
+    let duplicates = crash_cycles_in(
+        name,
+        point,
+        lo,
+        hi,
+        Some(&exactly_once_delivery(name, true)),
+        cycles(),
+    )
+    .await;
     assert_eq!(
         duplicates, 0,
         "{point}: a read_committed consumer saw {duplicates} duplicates in exactly-once mode"

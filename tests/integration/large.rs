@@ -66,9 +66,7 @@ async fn large(name: &str, delivery: Option<&str>, crash: Option<&str>) -> usize
     let _settings = SERVER_SETTINGS.read().await;
     let (_conn, mut setup) = fresh(name).await;
     setup.pipeline_toml = "max_in_flight_bytes = 2000000".into();
-    if let Some(delivery) = delivery {
-        setup.extra_toml = format!("[delivery]\n{delivery}\n");
-    }
+    setup.delivery(delivery);
     let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
     // Small transactions around the large one: order across them is checked too.
     insert_txn(
@@ -134,20 +132,13 @@ async fn crash_inside_a_large_transaction_loses_nothing() {
     large("large_crash", None, Some("sink.mid_transaction")).await;
 }
 
-fn exactly_once(name: &str) -> String {
-    format!(
-        "mode = \"exactly-once\"\ntransactional_id = \"it-{name}-{}\"\ncommit_max_records = 500\ncommit_max_ms = 50",
-        std::process::id()
-    )
-}
-
 /// One Kafka transaction holds the whole binlog transaction (its parts never commit
 /// apart): a crash inside it leaves nothing of it visible, the re-run commits it once.
 #[tokio::test(flavor = "multi_thread")]
 async fn exactly_once_large_transaction_with_a_crash_inside() {
     let duplicates = large(
         "eos_large",
-        Some(&exactly_once("large")),
+        Some(&exactly_once_delivery("large", true)),
         Some("sink.mid_transaction"),
     )
     .await;
@@ -173,4 +164,60 @@ async fn transaction_over_the_byte_limit_stops_naming_it() {
         0,
         "nothing of it may be published"
     );
+}
+
+/// The bad-input policy inside a streamed transaction: rows with an empty aggregate
+/// type, spread over its parts, go to the dead-letter topic with their event ids; every
+/// other row arrives once.
+#[tokio::test(flavor = "multi_thread")]
+async fn dead_letters_inside_a_large_transaction() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (_conn, mut setup) = fresh("large_dlq").await;
+    let dlq = format!("{}.dlq", setup.topic_prefix);
+    setup.outbox_toml = format!("on_invalid = \"dead-letter\"\ndead_letter_topic = \"{dlq}\"\n");
+    let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
+    let rows = 30_000;
+    let bad = |s: usize| s % 5_000 == 17;
+    let mut conn = app_conn().await;
+    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    for chunk in (0..rows).collect::<Vec<_>>().chunks(5_000) {
+        let events: Vec<Ev> = chunk
+            .iter()
+            .map(|&s| {
+                let agg = if bad(s) { "" } else { TYPES[s % 3] };
+                Ev::new(
+                    format!("s-{s}"),
+                    agg,
+                    &format!("k-{}", s % 50),
+                    format!("{{\"seq\":{s}}}"),
+                )
+            })
+            .collect();
+        insert_in(&mut tx, &setup.db, &events).await;
+    }
+    tx.commit().await.unwrap();
+    let bad_ids: std::collections::BTreeSet<String> = (0..rows)
+        .filter(|s| bad(*s))
+        .map(|s| format!("s-{s}"))
+        .collect();
+    let mut router = setup.start_router();
+    wait_for_count(
+        std::slice::from_ref(&dlq),
+        bad_ids.len() as i64,
+        Duration::from_secs(120),
+    );
+    drain_and_stop(&mut router, &topics, rows - bad_ids.len());
+    let good: std::collections::BTreeSet<String> = read_all(&topics).iter().map(Msg::id).collect();
+    let dead: std::collections::BTreeSet<String> = read_all(&[dlq]).iter().map(Msg::id).collect();
+    println!(
+        "large transaction with invalid rows: rows={rows} delivered={} dead_letters={}",
+        good.len(),
+        dead.len()
+    );
+    assert_eq!(
+        dead, bad_ids,
+        "dead letters must carry exactly the bad rows' event ids"
+    );
+    assert_eq!(good.len(), rows - bad_ids.len());
+    assert!(good.is_disjoint(&bad_ids));
 }

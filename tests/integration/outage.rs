@@ -17,10 +17,7 @@ async fn kafka_broker_killed_and_restarted() {
 /// are aborted; a read_committed consumer sees every event once.
 #[tokio::test(flavor = "multi_thread")]
 async fn kafka_broker_killed_and_restarted_exactly_once() {
-    let delivery = format!(
-        "mode = \"exactly-once\"\ntransactional_id = \"it-eos-outage-{}\"",
-        std::process::id()
-    );
+    let delivery = exactly_once_delivery("eos-outage", false);
     let duplicates = broker_killed_and_restarted("eos_kafka_down", Some(&delivery)).await;
     assert_eq!(
         duplicates, 0,
@@ -32,9 +29,7 @@ async fn kafka_broker_killed_and_restarted_exactly_once() {
 async fn broker_killed_and_restarted(name: &str, delivery: Option<&str>) -> usize {
     let _settings = SERVER_SETTINGS.write().await;
     let (_conn, mut setup) = fresh(name).await;
-    if let Some(delivery) = delivery {
-        setup.extra_toml = format!("[delivery]\n{delivery}\n");
-    }
+    setup.delivery(delivery);
     let db = setup.db.clone();
     setup
         .kafka_properties
@@ -67,14 +62,6 @@ async fn broker_killed_and_restarted(name: &str, delivery: Option<&str>) -> usiz
     duplicates
 }
 
-/// Exactly-once settings with the test's own transactional id.
-fn exactly_once(name: &str) -> String {
-    format!(
-        "mode = \"exactly-once\"\ntransactional_id = \"it-{name}-{}\"",
-        std::process::id()
-    )
-}
-
 /// MariaDB restarts mid-stream (its binlog rotates); the router reconnects from its
 /// checkpoint and follows into the new file.
 #[tokio::test(flavor = "multi_thread")]
@@ -85,7 +72,11 @@ async fn mariadb_restarted_mid_stream() {
 /// The same restart in exactly-once mode: 0 duplicates for read_committed.
 #[tokio::test(flavor = "multi_thread")]
 async fn mariadb_restarted_mid_stream_exactly_once() {
-    let duplicates = mariadb_restarted("eos_db_restart", Some(&exactly_once("db-restart"))).await;
+    let duplicates = mariadb_restarted(
+        "eos_db_restart",
+        Some(&exactly_once_delivery("db-restart", false)),
+    )
+    .await;
     assert_eq!(
         duplicates, 0,
         "exactly-once mode re-delivered {duplicates} events"
@@ -95,9 +86,7 @@ async fn mariadb_restarted_mid_stream_exactly_once() {
 async fn mariadb_restarted(name: &str, delivery: Option<&str>) -> usize {
     let _settings = SERVER_SETTINGS.write().await;
     let (conn, mut setup) = fresh(name).await;
-    if let Some(delivery) = delivery {
-        setup.extra_toml = format!("[delivery]\n{delivery}\n");
-    }
+    setup.delivery(delivery);
     let db = setup.db.clone();
     let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
 
@@ -129,7 +118,7 @@ async fn connections_cut_by_a_proxy() {
 /// The same cuts in exactly-once mode: 0 duplicates for read_committed.
 #[tokio::test(flavor = "multi_thread")]
 async fn connections_cut_by_a_proxy_exactly_once() {
-    let duplicates = connections_cut("eos_cut", Some(&exactly_once("cut"))).await;
+    let duplicates = connections_cut("eos_cut", Some(&exactly_once_delivery("cut", false))).await;
     assert_eq!(
         duplicates, 0,
         "exactly-once mode re-delivered {duplicates} events"
@@ -144,9 +133,7 @@ async fn connections_cut(name: &str, delivery: Option<&str>) -> usize {
     let proxy = CutProxy::start(mariadb_port()).await;
     let mut setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
     setup.source_port = proxy.port;
-    if let Some(delivery) = delivery {
-        setup.extra_toml = format!("[delivery]\n{delivery}\n");
-    }
+    setup.delivery(delivery);
     let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
 
     let writer = tokio::spawn(write_stream(db.clone(), 0, 150, 40, 20));

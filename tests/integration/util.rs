@@ -288,6 +288,13 @@ impl RouterSetup {
         }
     }
 
+    /// Appends a `[delivery]` section (TOML keys), when given.
+    pub fn delivery(&mut self, delivery: Option<&str>) {
+        if let Some(delivery) = delivery {
+            self.extra_toml += &format!("[delivery]\n{delivery}\n");
+        }
+    }
+
     /// Starts the router at the server's current position (after the test's DDL).
     pub async fn start_here(&mut self, conn: &mut Conn) {
         let (file, offset) = binlog_position(conn).await;
@@ -733,6 +740,21 @@ pub fn services(action: &str, service: &str) {
         status.success(),
         "scripts/services {action} {service} failed"
     );
+}
+
+/// `[delivery]` keys of exactly-once mode with a transactional id of the test's own;
+/// `small`: Kafka transactions of at most 500 records / 50 ms, so crashes land inside
+/// and between them.
+pub fn exactly_once_delivery(name: &str, small: bool) -> String {
+    let small = if small {
+        "\ncommit_max_records = 500\ncommit_max_ms = 50"
+    } else {
+        ""
+    };
+    format!(
+        "mode = \"exactly-once\"\ntransactional_id = \"it-{name}-{}\"{small}",
+        std::process::id()
+    )
 }
 
 /// A single Kafka broker of the test's own on `port` (state in a temp dir, the shared
