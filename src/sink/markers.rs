@@ -14,8 +14,17 @@ use super::{KafkaConfig, SinkError};
 /// How long the topic may take to answer in all.
 const READ_DEADLINE: Duration = Duration::from_secs(60);
 
+/// When a read that waits says why.
+const WARN_AFTER: Duration = Duration::from_secs(5);
+
 /// The newest committed marker of `key` on `topic`'s only partition; `None` when the
 /// topic or the key has none.
+///
+/// Called after `init_transactions`, so every transaction of ours is decided. The
+/// partition's end is asked with `read_uncommitted`: a `read_committed` query answers
+/// the last stable offset, which another producer's open transaction on a shared
+/// checkpoint topic holds back — below our newest markers. The read then goes on until
+/// the position passes that end, waiting for such a transaction to be decided.
 pub(super) fn last(
     cfg: &KafkaConfig,
     topic: &str,
@@ -28,59 +37,57 @@ pub(super) fn last(
     let mut c = super::consumer_config(cfg);
     c.set("group.id", "outbox-router-checkpoint-reader")
         .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .set("isolation.level", "read_committed")
-        // The reader waits for the end of the partition (repeatedly, while another
-        // producer's transaction holds the stable offset back): do not let each fetch
-        // at the end sit out the default 500 ms.
+        // Each fetch at the end (while another producer's transaction holds the stable
+        // offset back) would otherwise sit out the default 500 ms.
         .set("fetch.wait.max.ms", "20");
-    let consumer: BaseConsumer<QuietEof> = c
-        .create_with_context(QuietEof)
-        .map_err(|e| failed(e.to_string()))?;
-    let deadline = Instant::now() + READ_DEADLINE;
-    let (low, high) = match consumer.fetch_watermarks(topic, 0, Duration::from_secs(10)) {
-        Ok(w) => w,
-        Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {
-            return Ok(None)
-        }
-        Err(e) => return Err(failed(format!("watermarks: {e}"))),
+    let consumer = |isolation: &str| -> Result<BaseConsumer<Quiet>, SinkError> {
+        c.clone()
+            .set("isolation.level", isolation)
+            .create_with_context(Quiet)
+            .map_err(|e| failed(e.to_string()))
     };
-    if high <= low {
+    let deadline = Instant::now() + READ_DEADLINE;
+    let (low, end) =
+        match consumer("read_uncommitted")?.fetch_watermarks(topic, 0, Duration::from_secs(10)) {
+            Ok(w) => w,
+            Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(failed(format!("watermarks: {e}"))),
+        };
+    if end <= low {
         return Ok(None);
     }
+    let reader = consumer("read_committed")?;
+    let (warn_at, mut warned) = (Instant::now() + WARN_AFTER, false);
     // Each commit adds a marker and a transaction control record; other sources'
     // markers may be in between. Look back a little, then further.
     for back in [512, 16_384, i64::MAX] {
-        let start = high.saturating_sub(back).max(low);
+        let start = end.saturating_sub(back).max(low);
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(topic, 0, Offset::Offset(start))
             .map_err(|e| failed(e.to_string()))?;
-        consumer.assign(&tpl).map_err(|e| failed(e.to_string()))?;
+        reader.assign(&tpl).map_err(|e| failed(e.to_string()))?;
         let mut newest = None;
-        loop {
+        // The position steps over control records and aborted records too, so it
+        // reaches `end` even when the partition ends in a commit marker.
+        while !position_reached(&reader, topic, end) {
+            if !warned && Instant::now() > warn_at {
+                warned = true;
+                tracing::warn!(topic, end, position = ?position(&reader, topic), "still reading the commit markers: another producer's transaction open on the checkpoint topic hides what follows it; waiting until it commits or aborts");
+            }
             if Instant::now() > deadline {
                 return Err(failed(format!(
-                    "no end of partition 0 within {} s (a transaction left open by a dead producer is aborted after its transaction.timeout.ms)",
+                    "partition 0 not read up to offset {end} within {} s: a transaction another producer holds open on it hides what follows (one left open by a dead producer is aborted after its transaction.timeout.ms; a checkpoint topic per router avoids the wait)",
                     READ_DEADLINE.as_secs()
                 )));
             }
-            match consumer.poll(Duration::from_millis(500)) {
-                None => continue,
-                // read_committed ends at the last stable offset: a transaction another
-                // producer still has open on the partition holds it back, and with it
-                // any newer marker of ours. It ends within its transaction timeout.
-                Some(Err(KafkaError::PartitionEOF(_)))
-                    if stable_up_to(&consumer, topic) >= high =>
-                {
-                    break
-                }
-                Some(Err(KafkaError::PartitionEOF(_))) => continue,
+            match reader.poll(Duration::from_millis(100)) {
                 Some(Err(e)) => return Err(failed(e.to_string())),
-                Some(Ok(m)) => {
-                    if m.key() == Some(key.as_bytes()) {
-                        newest = m.payload().map(<[u8]>::to_vec);
-                    }
+                Some(Ok(m)) if m.key() == Some(key.as_bytes()) => {
+                    newest = m.payload().map(<[u8]>::to_vec);
                 }
+                None | Some(Ok(_)) => {}
             }
         }
         if newest.is_some() || start == low {
@@ -90,29 +97,28 @@ pub(super) fn last(
     Ok(None)
 }
 
-/// Reports client errors except the end of the partition, which this reader waits for.
-struct QuietEof;
+/// Reports client errors through the log, once each.
+struct Quiet;
 
-impl ClientContext for QuietEof {
+impl ClientContext for Quiet {
     fn error(&self, error: KafkaError, reason: &str) {
-        if !matches!(error, KafkaError::PartitionEOF(_))
-            && error.rdkafka_error_code() != Some(RDKafkaErrorCode::PartitionEOF)
-        {
-            tracing::error!(%error, reason, "checkpoint topic reader");
-        }
+        tracing::error!(%error, reason, "checkpoint topic reader");
     }
 }
 
-impl ConsumerContext for QuietEof {}
+impl ConsumerContext for Quiet {}
 
-/// Where the consumer stands on partition 0 (`i64::MAX` when it cannot tell).
-fn stable_up_to(consumer: &BaseConsumer<QuietEof>, topic: &str) -> i64 {
-    consumer
-        .position()
-        .ok()
-        .and_then(|tpl| tpl.find_partition(topic, 0).map(|p| p.offset()))
-        .map_or(i64::MAX, |offset| match offset {
-            Offset::Offset(n) => n,
-            _ => i64::MAX,
-        })
+/// The consumer's position on partition 0, when it has one.
+fn position(consumer: &BaseConsumer<Quiet>, topic: &str) -> Option<i64> {
+    let tpl = consumer.position().ok()?;
+    match tpl.find_partition(topic, 0)?.offset() {
+        Offset::Offset(n) => Some(n),
+        _ => None,
+    }
+}
+
+/// Whether the consumer's position on partition 0 is at or past `end` (an unknown
+/// position, before anything was read, is not).
+fn position_reached(consumer: &BaseConsumer<Quiet>, topic: &str, end: i64) -> bool {
+    position(consumer, topic).is_some_and(|n| n >= end)
 }

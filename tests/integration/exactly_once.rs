@@ -3,8 +3,14 @@
 //!
 //! Cycles per window: `IT_EOS_CYCLES` (default 5; the at-least-once suite runs 20).
 
-use crate::crash::crash_cycles_in;
-use crate::util::exactly_once_delivery;
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+
+use crate::crash::{crash_cycles_in, write_mixed};
+use crate::util::*;
+use crate::{check_stream, TYPES};
 
 fn cycles() -> usize {
     std::env::var("IT_EOS_CYCLES")
@@ -63,4 +69,78 @@ async fn exactly_once_crash_after_commit_before_store() {
 #[tokio::test(flavor = "multi_thread")]
 async fn exactly_once_crash_before_store_flush() {
     exactly_once("eos_flush", "checkpoint.before_flush", 1, 6).await;
+}
+
+/// Another producer's transaction open on the checkpoint topic hides every marker
+/// written after it from a `read_committed` reader (and the end a `read_committed`
+/// query reports is that transaction's start). A router resuming from the markers must
+/// wait for it to end, not resume from the last marker before it and replay.
+#[tokio::test(flavor = "multi_thread")]
+async fn markers_behind_another_producers_open_transaction_are_waited_for() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let name = "eos_hidden_marker";
+    let (_conn, mut a) = fresh(name).await;
+    let checkpoint_topic = format!("it.checkpoints.{name}.{}", std::process::id());
+    a.delivery(Some(&exactly_once_delivery(name, true)));
+    // A second instance on its own store, like a standby: only the markers tell it
+    // where the first one stopped.
+    let mut b = RouterSetup::new(&a.db, a.server_id, ("x".into(), 4));
+    b.start = a.start.clone();
+    b.extra_toml = a.extra_toml.clone();
+    let topics: Vec<String> = TYPES.iter().map(|t| a.topic(t)).collect();
+
+    let mut first = a.start_router();
+    write_mixed(&a.db, 0, 300, 40).await;
+    wait_for_count(&topics, 300, Duration::from_secs(60));
+
+    let other: ThreadedProducer<_> = ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .set(
+            "transactional.id",
+            format!("it-{name}-other-{}", std::process::id()),
+        )
+        .create()
+        .unwrap();
+    other.init_transactions(Duration::from_secs(30)).unwrap();
+    other.begin_transaction().unwrap();
+    other
+        .send(
+            BaseRecord::to(&checkpoint_topic)
+                .key("other-source")
+                .payload("open"),
+        )
+        .unwrap();
+    other.flush(Duration::from_secs(30)).unwrap();
+
+    write_mixed(&a.db, 300, 900, 40).await;
+    drain_and_stop(&mut first, &topics, 900);
+
+    let before = count(&topics);
+    let mut second = b.start_router();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let while_open = count(&topics);
+    other.abort_transaction(Duration::from_secs(30)).unwrap();
+    write_mixed(&a.db, 900, 1200, 40).await;
+    drain_and_stop(&mut second, &topics, 1200);
+    let duplicates = check_stream(&topics, 1200);
+    println!("hidden marker: duplicates={duplicates}");
+    assert_eq!(
+        while_open,
+        before,
+        "the second instance replayed while the markers were hidden:\n{}",
+        second.log()
+    );
+    assert_eq!(
+        duplicates,
+        0,
+        "resumed from a marker older than the last commit:\n{}",
+        second.log()
+    );
+    assert!(
+        second
+            .log()
+            .contains("resuming from the last committed Kafka transaction"),
+        "{}",
+        second.log()
+    );
 }

@@ -24,8 +24,9 @@ async fn pair(name: &str) -> Pair {
     let (_conn, mut a) = fresh(name).await;
     let pid = std::process::id();
     let ha = format!(
-        "[delivery]\nmode = \"exactly-once\"\ntransactional_id = \"it-{name}-{pid}\"\ncommit_max_records = 500\ncommit_max_ms = 50\n\
-         [ha]\nenabled = true\nsession_timeout_ms = {SESSION_MS}\nstandby_check_secs = 1\nlock_topic = \"it.lock.{name}.{pid}\"\n"
+        "[delivery]\n{}\n\
+         [ha]\nenabled = true\nsession_timeout_ms = {SESSION_MS}\nstandby_check_secs = 1\nlock_topic = \"it.lock.{name}.{pid}\"\n",
+        exactly_once_delivery(name, true)
     );
     a.flush_interval_ms = 20;
     a.extra_toml = format!("{ha}instance = \"a\"\n");
@@ -205,14 +206,6 @@ async fn paused_leader_is_fenced_and_nothing_it_buffered_shows() {
     finish(&p, &mut b, writer, "SIGSTOP/SIGCONT").await;
 }
 
-// Seen once in eight runs under the parallel suite: 6,799 read_committed duplicates
-// (a new leader resuming from an older commit marker than the last one). With the
-// coordinator round trip before a term's first run removed, every takeover test showed
-// duplicates: the marker read races the old leader's last commit (likely suspect: the
-// "high" watermark a read_committed consumer queries is the last stable offset, stale
-// while that commit's markers are pending). Open in issue #11. Run it with `cargo test … -- --ignored rolling_restart`; on
-// duplicates it prints every router log of both instances.
-#[ignore = "duplicates seen once under load; cause open in issue #11"]
 #[tokio::test(flavor = "multi_thread")]
 async fn rolling_restart_under_load() {
     let _settings = SERVER_SETTINGS.read().await;

@@ -604,6 +604,22 @@ pub fn wait_for_count_at(bootstrap: &str, topics: &[String], n: i64, timeout: Du
     }
 }
 
+/// A partition's watermarks, asked again while its leader is not answering yet (a
+/// topic the router just created, a loaded machine).
+fn watermarks(c: &BaseConsumer, topic: &str, partition: i32) -> (i64, i64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match c.fetch_watermarks(topic, partition, Duration::from_secs(5)) {
+            Ok(w) => return w,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("watermarks of {topic}/{partition}: {e}; asking again");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("watermarks of {topic}/{partition}: {e}"),
+        }
+    }
+}
+
 /// Reads every message currently in the topics, in offset order per partition.
 pub fn read_all(topics: &[String]) -> Vec<Msg> {
     read_all_at(&kafka_bootstrap(), topics)
@@ -620,9 +636,7 @@ pub fn read_all_at(bootstrap: &str, topics: &[String]) -> Vec<Msg> {
         };
         for topic in md.topics().iter().filter(|t| t.error().is_none()) {
             for p in topic.partitions() {
-                let (lo, hi) = c
-                    .fetch_watermarks(t, p.id(), Duration::from_secs(5))
-                    .unwrap();
+                let (lo, hi) = watermarks(&c, t, p.id());
                 if hi > lo {
                     tpl.add_partition_offset(t, p.id(), Offset::Offset(lo))
                         .unwrap();
@@ -742,18 +756,20 @@ pub fn services(action: &str, service: &str) {
     );
 }
 
-/// `[delivery]` keys of exactly-once mode with a transactional id of the test's own;
-/// `small`: Kafka transactions of at most 500 records / 50 ms, so crashes land inside
-/// and between them.
+/// `[delivery]` keys of exactly-once mode with a transactional id and a checkpoint
+/// topic of the test's own (on a shared one, a router a test killed inside a Kafka
+/// transaction holds every other test's marker read back until that transaction times
+/// out); `small`: Kafka transactions of at most 500 records / 50 ms, so crashes land
+/// inside and between them.
 pub fn exactly_once_delivery(name: &str, small: bool) -> String {
     let small = if small {
         "\ncommit_max_records = 500\ncommit_max_ms = 50"
     } else {
         ""
     };
+    let pid = std::process::id();
     format!(
-        "mode = \"exactly-once\"\ntransactional_id = \"it-{name}-{}\"{small}",
-        std::process::id()
+        "mode = \"exactly-once\"\ntransactional_id = \"it-{name}-{pid}\"\ncheckpoint_topic = \"it.checkpoints.{name}.{pid}\"{small}"
     )
 }
 
