@@ -65,9 +65,17 @@ pub(crate) enum Command {
     },
     /// Print an outbox-router config (TOML) made from a Debezium MySQL / MariaDB connector
     /// config (JSON as posted to Kafka Connect, or .properties); unmapped keys go to stderr.
+    ///
+    /// With --offsets, instead: read that connector's stored offset and write it as the
+    /// router's first checkpoint (the config given with --config must be the imported
+    /// one); it resumes at the start of the transaction Debezium was in.
     ImportDebezium {
         /// The connector config file.
         file: PathBuf,
+        /// Kafka Connect's offset store: the standalone worker's offset file, or
+        /// `kafka:TOPIC` for a distributed worker's offsets topic (on kafka.bootstrap_servers).
+        #[arg(long, value_name = "FILE|kafka:TOPIC")]
+        offsets: Option<String>,
     },
     /// Inspect or change the stored checkpoint (stop the router first).
     Checkpoint {
@@ -92,6 +100,10 @@ pub(crate) enum CheckpointAction {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Print it as a Debezium connector offset with this topic.prefix (the body of
+        /// Kafka Connect's `PATCH /connectors/NAME/offsets`), to switch back.
+        #[arg(long, value_name = "TOPIC_PREFIX")]
+        debezium: Option<String>,
     },
     /// Store a position (FILE:OFFSET [gtid=D-S-N,...]); it must be a transaction boundary.
     Set { position: String },

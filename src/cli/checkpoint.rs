@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 use super::args::CheckpointAction;
 use outbox_router::checkpoint::{Checkpoint, CheckpointStore};
 use outbox_router::config::Config;
+use outbox_router::import::offsets::DebeziumOffset;
 use outbox_router::position::Position;
 
 /// Shows, sets, creates or removes the stored checkpoint.
@@ -16,7 +17,25 @@ pub(super) fn run(config: &Config, action: CheckpointAction) -> Result<ExitCode>
         CheckpointAction::Show { .. } if !CheckpointStore::exists(dir) => {
             bail!("{}", super::no_store_at(dir))
         }
-        CheckpointAction::Show { json } => match CheckpointStore::peek(dir)? {
+        CheckpointAction::Show {
+            debezium: Some(server),
+            ..
+        } => {
+            let Some(cp) = CheckpointStore::peek(dir)? else {
+                bail!(
+                    "no checkpoint in {}: nothing to give Debezium",
+                    dir.display()
+                )
+            };
+            let body = serde_json::json!({
+                "offsets": [{
+                    "partition": { "server": server },
+                    "offset": DebeziumOffset::of(&cp.position),
+                }]
+            });
+            println!("{}", serde_json::to_string_pretty(&body)?);
+        }
+        CheckpointAction::Show { json, .. } => match CheckpointStore::peek(dir)? {
             None if json => println!("null"),
             None => println!(
                 "no checkpoint in {} (the next run starts at source.start)",

@@ -33,13 +33,21 @@ const EXIT_UNKNOWN: u8 = 3;
 
 /// Runs the command.
 pub(crate) async fn dispatch(cli: Cli) -> Result<ExitCode> {
-    if let Command::ImportDebezium { file } = &cli.command {
+    if let Command::ImportDebezium {
+        file,
+        offsets: None,
+    } = &cli.command
+    {
         return import::run(file);
     }
     let config = Config::load(&cli.config)?;
     match cli.command {
         Command::Run { sink, init } => run::run(&config, sink, init).await,
-        Command::ImportDebezium { file } => import::run(&file),
+        Command::ImportDebezium {
+            file,
+            offsets: Some(store),
+        } => import::offsets(&config, &file, &store).await,
+        Command::ImportDebezium { file, .. } => import::run(&file),
         Command::Validate => validate::run(&config).await,
         Command::Status {
             json,

@@ -23,6 +23,7 @@ use tracing::{error, info, warn};
 
 pub use error::PipelineError;
 pub(crate) use read::InvalidPolicy;
+pub use start::resume_by_gtid;
 
 use crate::checkpoint::CheckpointStore;
 use crate::config::Config;

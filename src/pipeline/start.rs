@@ -96,7 +96,7 @@ async fn committed_marker(config: &Config) -> Result<Option<Checkpoint>, Pipelin
 
 /// Resume by GTID or by file position (`source.resume_by`); by position, the file must
 /// still be on the server.
-pub(super) async fn resume_by_gtid(
+pub async fn resume_by_gtid(
     config: &Config,
     conn: &mut mysql_async::Conn,
     flavor: server::Flavor,

@@ -176,7 +176,16 @@ impl FromStr for MariaGtidState {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut state = MariaGtidState::default();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            state.apply(part.parse()?);
+            let gtid: MariaGtid = part.parse()?;
+            // A binlog state (Debezium's offsets) lists a domain once per server that
+            // wrote in it: the highest sequence number is the newest.
+            if state
+                .0
+                .get(&gtid.domain)
+                .is_none_or(|old| old.seq < gtid.seq)
+            {
+                state.apply(gtid);
+            }
         }
         Ok(state)
     }
@@ -404,6 +413,12 @@ mod tests {
         let maria: Position = "mysql-bin.000003:154 gtid=0-1-42".parse().unwrap();
         assert!(matches!(maria.gtid, GtidState::MariaDb(_)));
         assert!(!p.gtid.covers_domains_of(&maria.gtid));
+    }
+
+    #[test]
+    fn a_binlog_state_keeps_the_newest_gtid_of_each_domain() {
+        let state: MariaGtidState = "0-2-50,0-1-100,1-3-7".parse().unwrap();
+        assert_eq!(state.to_string(), "0-1-100,1-3-7");
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! Reading exactly-once mode's commit markers back: the newest record of one key on the
-//! compacted checkpoint topic, as a `read_committed` consumer sees it (a marker of an
-//! aborted or still open transaction is never returned).
+//! Reading compacted topics back: exactly-once mode's commit markers (the newest record
+//! of one key on the checkpoint topic) and Kafka Connect's stored offsets, as a
+//! `read_committed` consumer sees them (a record of an aborted or still open
+//! transaction is never returned).
 
 use std::time::{Duration, Instant};
 
@@ -19,18 +20,40 @@ const WARN_AFTER: Duration = Duration::from_secs(5);
 
 /// The newest committed marker of `key` on `topic`'s only partition; `None` when the
 /// topic or the key has none.
-///
-/// Called after `init_transactions`, so every transaction of ours is decided. The
-/// partition's end is asked with `read_uncommitted`: a `read_committed` query answers
-/// the last stable offset, which another producer's open transaction on a shared
-/// checkpoint topic holds back — below our newest markers. The read then goes on until
-/// the position passes that end, waiting for such a transaction to be decided.
 pub(super) fn last(
     cfg: &KafkaConfig,
     topic: &str,
     key: &str,
 ) -> Result<Option<Vec<u8>>, SinkError> {
-    let failed = |reason: String| SinkError::Markers {
+    Ok(newest(cfg, topic, 0, |k| k == key.as_bytes())?.and_then(|r| r.value))
+}
+
+/// The newest record of a compacted topic's partition.
+#[derive(Debug)]
+pub struct Newest {
+    /// Its key.
+    pub key: Vec<u8>,
+    /// Its value; `None` for a tombstone (the key was deleted).
+    pub value: Option<Vec<u8>>,
+}
+
+/// The newest record on `partition` of `topic` whose key `wanted` accepts, as a
+/// `read_committed` consumer sees it; `None` when the topic, the partition or such a
+/// record does not exist.
+///
+/// The exactly-once resume calls it after `init_transactions`, so every transaction of
+/// ours is decided. The partition's end is asked with `read_uncommitted`: a
+/// `read_committed` query answers the last stable offset, which another producer's open
+/// transaction on a shared topic holds back — below our newest records. The read then
+/// goes on until the position passes that end, waiting for such a transaction to be
+/// decided.
+pub fn newest(
+    cfg: &KafkaConfig,
+    topic: &str,
+    partition: i32,
+    wanted: impl Fn(&[u8]) -> bool,
+) -> Result<Option<Newest>, SinkError> {
+    let failed = |reason: String| SinkError::ReadBack {
         topic: topic.to_string(),
         reason,
     };
@@ -47,14 +70,17 @@ pub(super) fn last(
             .map_err(|e| failed(e.to_string()))
     };
     let deadline = Instant::now() + READ_DEADLINE;
-    let (low, end) =
-        match consumer("read_uncommitted")?.fetch_watermarks(topic, 0, Duration::from_secs(10)) {
-            Ok(w) => w,
-            Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {
-                return Ok(None)
-            }
-            Err(e) => return Err(failed(format!("watermarks: {e}"))),
-        };
+    let (low, end) = match consumer("read_uncommitted")?.fetch_watermarks(
+        topic,
+        partition,
+        Duration::from_secs(10),
+    ) {
+        Ok(w) => w,
+        Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {
+            return Ok(None)
+        }
+        Err(e) => return Err(failed(format!("watermarks: {e}"))),
+    };
     if end <= low {
         return Ok(None);
     }
@@ -65,33 +91,36 @@ pub(super) fn last(
     for back in [512, 16_384, i64::MAX] {
         let start = end.saturating_sub(back).max(low);
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, 0, Offset::Offset(start))
+        tpl.add_partition_offset(topic, partition, Offset::Offset(start))
             .map_err(|e| failed(e.to_string()))?;
         reader.assign(&tpl).map_err(|e| failed(e.to_string()))?;
-        let mut newest = None;
+        let mut found = None;
         // The position steps over control records and aborted records too, so it
         // reaches `end` even when the partition ends in a commit marker.
-        while !position_reached(&reader, topic, end) {
+        while !position_reached(&reader, topic, partition, end) {
             if !warned && Instant::now() > warn_at {
                 warned = true;
-                tracing::warn!(topic, end, position = ?position(&reader, topic), "still reading the commit markers: another producer's transaction open on the checkpoint topic hides what follows it; waiting until it commits or aborts");
+                tracing::warn!(topic, partition, end, position = ?position(&reader, topic, partition), "still reading: another producer's transaction open on the topic hides what follows it; waiting until it commits or aborts");
             }
             if Instant::now() > deadline {
                 return Err(failed(format!(
-                    "partition 0 not read up to offset {end} within {} s: a transaction another producer holds open on it hides what follows (one left open by a dead producer is aborted after its transaction.timeout.ms; a checkpoint topic per router avoids the wait)",
+                    "partition {partition} not read up to offset {end} within {} s: a transaction another producer holds open on it hides what follows (one left open by a dead producer is aborted after its transaction.timeout.ms; a checkpoint topic per router avoids the wait)",
                     READ_DEADLINE.as_secs()
                 )));
             }
             match reader.poll(Duration::from_millis(100)) {
                 Some(Err(e)) => return Err(failed(e.to_string())),
-                Some(Ok(m)) if m.key() == Some(key.as_bytes()) => {
-                    newest = m.payload().map(<[u8]>::to_vec);
+                Some(Ok(m)) if m.key().is_some_and(&wanted) => {
+                    found = Some(Newest {
+                        key: m.key().unwrap_or_default().to_vec(),
+                        value: m.payload().map(<[u8]>::to_vec),
+                    });
                 }
                 None | Some(Ok(_)) => {}
             }
         }
-        if newest.is_some() || start == low {
-            return Ok(newest);
+        if found.is_some() || start == low {
+            return Ok(found);
         }
     }
     Ok(None)
@@ -108,17 +137,17 @@ impl ClientContext for Quiet {
 
 impl ConsumerContext for Quiet {}
 
-/// The consumer's position on partition 0, when it has one.
-fn position(consumer: &BaseConsumer<Quiet>, topic: &str) -> Option<i64> {
+/// The consumer's position on `partition`, when it has one.
+fn position(consumer: &BaseConsumer<Quiet>, topic: &str, partition: i32) -> Option<i64> {
     let tpl = consumer.position().ok()?;
-    match tpl.find_partition(topic, 0)?.offset() {
+    match tpl.find_partition(topic, partition)?.offset() {
         Offset::Offset(n) => Some(n),
         _ => None,
     }
 }
 
-/// Whether the consumer's position on partition 0 is at or past `end` (an unknown
+/// Whether the consumer's position on `partition` is at or past `end` (an unknown
 /// position, before anything was read, is not).
-fn position_reached(consumer: &BaseConsumer<Quiet>, topic: &str, end: i64) -> bool {
-    position(consumer, topic).is_some_and(|n| n >= end)
+fn position_reached(consumer: &BaseConsumer<Quiet>, topic: &str, partition: i32, end: i64) -> bool {
+    position(consumer, topic, partition).is_some_and(|n| n >= end)
 }

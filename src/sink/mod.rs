@@ -12,6 +12,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 pub use config::{DeliveryConfig, DeliveryMode, KafkaConfig, TopicRule, TopicsConfig};
 pub use kafka::{client_config, consumer_config, KafkaSink};
+pub use markers::{newest, Newest};
 pub use stdout::StdoutSink;
 pub use topics::TopicCreator;
 
@@ -66,8 +67,8 @@ pub enum SinkError {
         transactional_id: String,
         error: KafkaError,
     },
-    #[error("cannot read the checkpoint topic {topic}: {reason}")]
-    Markers { topic: String, reason: String },
+    #[error("cannot read topic {topic} back: {reason}")]
+    ReadBack { topic: String, reason: String },
     #[error("cannot write to stdout: {0}")]
     Stdout(std::io::Error),
 }
@@ -82,7 +83,7 @@ impl SinkError {
             }
             SinkError::Canceled { .. }
             | SinkError::Transaction { .. }
-            | SinkError::Markers { .. }
+            | SinkError::ReadBack { .. }
             | SinkError::Unproven { .. }
             | SinkError::CreateTopic { .. } => true,
             SinkError::Create(_)

@@ -8,6 +8,7 @@ mod checkpoint_torture;
 mod cluster;
 #[cfg(feature = "failpoints")]
 mod crash;
+mod debezium_cutover;
 mod event_router;
 #[cfg(feature = "failpoints")]
 mod exactly_once;

@@ -43,11 +43,20 @@ pub fn unique(name: &str) -> (String, u32) {
 }
 
 /// A monitoring port unique to this test run, below the ephemeral range (32768+) so no
-/// outgoing connection can be holding it.
-fn monitor_port() -> u16 {
+/// outgoing connection can be holding it, never one of the 3-node cluster's
+/// (29N92/29N93, up or not), and free when handed out.
+pub fn monitor_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    20_000 + ((std::process::id() % 100) * 100 + n) as u16 % 12_000
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000 + ((std::process::id() % 100) * 100 + n) as u16 % 12_000;
+        if (29_000..29_400).contains(&port) {
+            continue;
+        }
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// The local broker's SASL/PLAIN listener (users admin, alice, carol).
@@ -462,6 +471,15 @@ pub struct RouterProcess {
 }
 
 impl RouterProcess {
+    /// Manages another child the same way (a router started by hand, a Kafka Connect
+    /// worker): its output went to `log`.
+    pub fn adopt(child: Child, log: PathBuf) -> Self {
+        Self {
+            child: Some(child),
+            log,
+        }
+    }
+
     fn signal(&self, sig: &str) {
         let pid = self.child.as_ref().unwrap().id().to_string();
         Command::new("kill").args([sig, &pid]).status().unwrap();

@@ -2,6 +2,8 @@
 //! Kafka Connect, or `.properties`) turned into an outbox-router TOML config, with every
 //! key that has no equivalent listed and why.
 
+pub mod offsets;
+
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -32,7 +34,7 @@ pub fn parse_connector(text: &str) -> Result<BTreeMap<String, String>, ImportErr
         let map = object
             .as_object()
             .ok_or_else(|| ImportError::Format("expected a JSON object".into()))?;
-        return Ok(map
+        let mut settings: BTreeMap<String, String> = map
             .iter()
             .map(|(k, v)| {
                 (
@@ -42,7 +44,14 @@ pub fn parse_connector(text: &str) -> Result<BTreeMap<String, String>, ImportErr
                         .unwrap_or_else(|| v.to_string()),
                 )
             })
-            .collect());
+            .collect();
+        // As posted to Connect, the name sits beside the config; offsets are kept by it.
+        if let Some(name) = json.get("name").and_then(|n| n.as_str()) {
+            settings
+                .entry("name".to_string())
+                .or_insert_with(|| name.to_string());
+        }
+        return Ok(settings);
     }
     let mut out = BTreeMap::new();
     for line in text.lines().map(str::trim) {
