@@ -168,10 +168,16 @@ async fn standby_takes_over_after_kill9() {
         "standby kill -9: streaming {} ms after the leader died (session timeout {SESSION_MS} ms)",
         took.as_millis()
     );
-    assert_eq!(
-        gauge(p.b.monitor_port, "outbox_router_takeovers_total").await,
-        Some(1.0)
-    );
+    // Counted by the task that saw the new term connect, a moment after it did.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while gauge(p.b.monitor_port, "outbox_router_takeovers_total").await != Some(1.0) {
+        assert!(
+            Instant::now() < deadline,
+            "takeovers_total: {:?}",
+            gauge(p.b.monitor_port, "outbox_router_takeovers_total").await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     finish(&p, &mut b, writer, "kill -9").await;
 }
 
