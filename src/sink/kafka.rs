@@ -178,23 +178,28 @@ impl KafkaSink {
             }
             None => None,
         };
+        // The marker's own acknowledgement first: rust-rdkafka's commit_transaction
+        // flushes before committing, and a flush that finds a record outstanding polls
+        // an event queue the producer's thread drains — a fixed 100 ms per commit.
+        if let Some(outcome) = outcome {
+            let error = match tokio::time::timeout(TRANSACTION_TIMEOUT, outcome).await {
+                Ok(Ok(Ok(()))) => None,
+                Ok(Ok(Err(Failure {
+                    reason: FailureReason::Error(error),
+                    ..
+                }))) => Some(error),
+                _ => Some(KafkaError::Canceled),
+            };
+            if let Some(error) = error {
+                return Err(self.aborted("commit marker", &t.key, error));
+            }
+        }
         let committed =
             tokio::task::block_in_place(|| self.producer.commit_transaction(TRANSACTION_TIMEOUT));
         if let Err(error) = committed {
             return Err(self.aborted("commit", &t.key, error));
         }
-        let Some(outcome) = outcome else {
-            return Ok(());
-        };
-        // The commit flushed everything: the marker's report is in.
-        match tokio::time::timeout(Duration::from_secs(5), outcome).await {
-            Ok(Ok(Ok(()))) => Ok(()),
-            _ => Err(SinkError::Transaction {
-                action: "commit marker",
-                transactional_id: t.key.clone(),
-                error: KafkaError::Canceled,
-            }),
-        }
+        Ok(())
     }
 
     /// Drops every record not yet written (queued, or in flight and not yet answered):
