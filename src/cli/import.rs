@@ -1,6 +1,7 @@
 //! `import-debezium`: a config from a Debezium connector's, and its stored offset as
 //! the first checkpoint.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -14,10 +15,7 @@ use outbox_router::source::{self, server};
 
 /// Prints the imported config; unmapped keys go to stderr.
 pub(super) fn run(file: &Path) -> Result<ExitCode> {
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let settings = outbox_router::import::parse_connector(&text)
-        .with_context(|| format!("reading {}", file.display()))?;
+    let settings = read_connector(file)?;
     let imported = outbox_router::import::import(&settings);
     print!("{}", imported.toml);
     if !imported.unmapped.is_empty() {
@@ -32,10 +30,7 @@ pub(super) fn run(file: &Path) -> Result<ExitCode> {
 /// Reads the connector's stored offset and writes it as the first checkpoint, after
 /// checking the source can still serve it (as a checkpoint's would be on start).
 pub(super) async fn offsets(config: &Config, file: &Path, store: &str) -> Result<ExitCode> {
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let settings = outbox_router::import::parse_connector(&text)
-        .with_context(|| format!("reading {}", file.display()))?;
+    let settings = read_connector(file)?;
     let key = ConnectorKey::of(&settings)?;
     let store: OffsetStore = store.parse()?;
     let offset = tokio::task::block_in_place(|| offsets::read(&store, &key, &config.kafka))?;
@@ -90,4 +85,12 @@ pub(super) async fn offsets(config: &Config, file: &Path, store: &str) -> Result
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The connector settings in `file` (JSON or .properties).
+fn read_connector(file: &Path) -> Result<BTreeMap<String, String>> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    outbox_router::import::parse_connector(&text)
+        .with_context(|| format!("reading {}", file.display()))
 }

@@ -249,13 +249,18 @@ fn connector(name: &str, setup: &RouterSetup, server: &str) -> serde_json::Value
 }
 
 /// Runs the router binary in `dir` with `args`; panics with its output on failure.
-fn router_cli(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox-router"))
+/// The router binary with `args`, run in `dir` with the source's password.
+fn router_command(dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_outbox-router"));
+    command
         .args(args)
         .current_dir(dir)
-        .env("OUTBOX_DB_PASSWORD", "app-secret")
-        .output()
-        .unwrap();
+        .env("OUTBOX_DB_PASSWORD", "app-secret");
+    command
+}
+
+fn router_cli(dir: &Path, args: &[&str]) -> String {
+    let out = router_command(dir, args).output().unwrap();
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -327,17 +332,15 @@ async fn cutover(name: &str, mode: Mode) {
         ),
     )
     .unwrap();
-    let imported = router_cli(
-        &dir,
-        &[
-            "--config",
-            "imported.toml",
-            "import-debezium",
-            "connector.json",
-            "--offsets",
-            &offsets,
-        ],
-    );
+    let import = [
+        "--config",
+        "imported.toml",
+        "import-debezium",
+        "connector.json",
+        "--offsets",
+        &offsets,
+    ];
+    let imported = router_cli(&dir, &import);
     println!("{imported}");
     assert!(imported.contains("checkpoint set to"), "{imported}");
     assert!(
@@ -346,18 +349,7 @@ async fn cutover(name: &str, mode: Mode) {
     );
 
     // A second import would move a checkpoint the router may already have used.
-    let again = Command::new(env!("CARGO_BIN_EXE_outbox-router"))
-        .args([
-            "--config",
-            "imported.toml",
-            "import-debezium",
-            "connector.json",
-            "--offsets",
-            &offsets,
-        ])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
+    let again = router_command(&dir, &import).output().unwrap();
     let refusal = String::from_utf8_lossy(&again.stderr);
     assert!(
         !again.status.success() && refusal.contains("already has a checkpoint"),
@@ -365,10 +357,7 @@ async fn cutover(name: &str, mode: Mode) {
     );
 
     let log = dir.join("router-imported.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_outbox-router"))
-        .args(["--config", "imported.toml", "run"])
-        .current_dir(&dir)
-        .env("OUTBOX_DB_PASSWORD", "app-secret")
+    let child = router_command(&dir, &["--config", "imported.toml", "run"])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
