@@ -340,6 +340,24 @@ async fn cutover(name: &str, mode: Mode) {
         "--offsets",
         &offsets,
     ];
+    // A typo in the connector's name finds no offset: an error, never a fresh start.
+    let mut typo = connector.clone();
+    typo["name"] = format!("{connector_name}-typo").into();
+    std::fs::write(dir.join("typo.json"), typo.to_string()).unwrap();
+    let mut typo_import = import;
+    typo_import[3] = "typo.json";
+    let refused = router_command(&dir, &typo_import).output().unwrap();
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && why.contains("no offset of connector"),
+        "{why}"
+    );
+    if mode == Mode::Standalone {
+        assert!(
+            why.contains(&connector_name),
+            "the offsets it holds are not named: {why}"
+        );
+    }
     let imported = router_cli(&dir, &import);
     println!("{imported}");
     assert!(imported.contains("checkpoint set to"), "{imported}");
