@@ -10,6 +10,7 @@ use serde::Deserialize;
 use crate::checkpoint::CheckpointConfig;
 use crate::ha::HaConfig;
 use crate::monitor::MonitorConfig;
+use crate::ops::OpsConfig;
 use crate::outbox::OutboxConfig;
 use crate::route::{RouteConfig, ValueConfig};
 use crate::sink::{DeliveryConfig, KafkaConfig};
@@ -60,6 +61,9 @@ pub struct Config {
     /// Metrics / health endpoint and alert thresholds.
     #[serde(default)]
     pub monitor: MonitorConfig,
+    /// Operator commands: prune's user, the audit trail, the replay header.
+    #[serde(default)]
+    pub ops: OpsConfig,
 }
 
 // The pipeline is the wiring, not a stage: its limits are part of the composition.

@@ -19,6 +19,7 @@
 //! monitor/     beside the flow: metrics, progress, status verdict, HTTP endpoints
 //! ha/          beside the flow: hot standby's lock (which instance streams)
 //! config       the file: the stages' sections composed, loaded, checked
+//! ops/        operator commands beside the flow: prune (and the audit trail)
 //! recover, validate, import   operator commands built from the stages
 //! ```
 //!
@@ -48,6 +49,7 @@ pub mod config;
 pub mod ha;
 pub mod import;
 pub mod monitor;
+pub mod ops;
 pub mod outbox;
 pub mod pattern;
 pub mod pipeline;

@@ -34,10 +34,26 @@ fn main() -> ExitCode {
     match runtime.block_on(cli::dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("outbox-router: error: {e:#}");
+            eprintln!("outbox-router: error: {}", cause_chain(&e));
             cli::exit_code_of(&e)
         }
     }
+}
+
+/// The error and its causes, each once: many messages already quote their source
+/// (`query … failed: Server error: …`), and a client library's error quotes its own.
+fn cause_chain(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+    }
+    text
 }
 
 fn init_logging(format: LogFormat) {

@@ -77,6 +77,10 @@ pub(crate) enum Command {
         #[arg(long, value_name = "FILE|kafka:TOPIC")]
         offsets: Option<String>,
     },
+    /// Delete outbox rows that are provably delivered (the durable checkpoint is past the
+    /// snapshot they were selected in), in small primary-key-ordered batches; works while
+    /// the router runs. Connects as ops.user.
+    Prune(PruneArgs),
     /// Inspect or change the stored checkpoint (stop the router first).
     Checkpoint {
         #[command(subcommand)]
@@ -140,4 +144,39 @@ pub(crate) struct RecoverArgs {
     /// Move the checkpoint even when no row is in the window.
     #[arg(long)]
     pub(crate) allow_empty: bool,
+}
+
+/// `prune`'s flags.
+#[derive(Args)]
+pub(crate) struct PruneArgs {
+    /// Only rows older than this (e.g. 7d, 36h), by their timestamp column.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub(crate) older_than: std::time::Duration,
+    /// Rows per batch; each batch is one short transaction.
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) batch: usize,
+    /// Rows per second at most (pauses between batches).
+    #[arg(long)]
+    pub(crate) rate: Option<f64>,
+    /// DATETIME/TIMESTAMP column saying when a row was written
+    /// [default: outbox.columns.timestamp, else created_at].
+    #[arg(long)]
+    pub(crate) timestamp_column: Option<String>,
+    /// Also keep rows written less than this before the checkpoint's commit time (clocks,
+    /// time zones).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
+    pub(crate) margin: std::time::Duration,
+    /// How long a batch waits for the router's checkpoint to pass the rows it selected.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    pub(crate) wait: std::time::Duration,
+    /// Copy each batch into this table (DB.TABLE, or TABLE in the outbox's database) in
+    /// the same transaction, before deleting it.
+    #[arg(long, value_name = "TABLE")]
+    pub(crate) archive: Option<String>,
+    /// Count what would be deleted; delete nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }

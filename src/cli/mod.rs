@@ -12,6 +12,7 @@
 pub(crate) mod args;
 mod checkpoint;
 mod import;
+mod prune;
 mod recover;
 mod run;
 mod status;
@@ -55,6 +56,7 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<ExitCode> {
             repair_hours,
         } => status::run(&config, json, detect_hours, repair_hours).await,
         Command::Recover(args) => recover::run(&config, args).await,
+        Command::Prune(args) => prune::run(&config, args).await,
         Command::Checkpoint { action } => checkpoint::run(&config, action),
     }
 }

@@ -29,14 +29,15 @@ pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<Ex
     Ok(ExitCode::SUCCESS)
 }
 
-async fn cancel_on_signal(shutdown: CancellationToken) {
+/// Cancels `shutdown` at the first SIGINT or SIGTERM.
+pub(super) async fn cancel_on_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut term) = signal(SignalKind::terminate()) else {
         return;
     };
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => info!("SIGINT: finishing in-flight deliveries, then stopping"),
-        _ = term.recv() => info!("SIGTERM: finishing in-flight deliveries, then stopping"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: finishing what is in flight, then stopping"),
+        _ = term.recv() => info!("SIGTERM: finishing what is in flight, then stopping"),
     }
     shutdown.cancel();
 }

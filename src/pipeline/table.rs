@@ -13,7 +13,7 @@ use super::{InvalidPolicy, PipelineError};
 use crate::checkpoint::now_ms;
 use crate::config::Config;
 use crate::monitor::Metrics;
-use crate::position::{BinlogFile, Position};
+use crate::position::Position;
 use crate::sink::Sink;
 use crate::source::{self, server, RowChange, RowOp, Transaction};
 
@@ -95,40 +95,16 @@ pub(crate) async fn republish(
 pub async fn initial_snapshot(config: &Config, sink: &Sink) -> Result<Position, PipelineError> {
     use mysql_async::prelude::Queryable;
     let mut conn = source::connect(&config.source).await?;
-    let q = |query: &'static str| move |source| source::SourceError::Query { query, source };
-    conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        .await
-        .map_err(q("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"))?;
-    conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        .await
-        .map_err(q("START TRANSACTION WITH CONSISTENT SNAPSHOT"))?;
-    // MariaDB reports the binlog position exactly matching the snapshot.
-    let status: Vec<(String, String)> = conn
-        .query("SHOW SESSION STATUS WHERE Variable_name IN ('binlog_snapshot_file', 'binlog_snapshot_position')")
-        .await
-        .map_err(q("SHOW STATUS binlog_snapshot_*"))?;
-    let get = |name: &str| {
-        status
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.clone())
-    };
-    let (Some(file), Some(offset)) = (get("binlog_snapshot_file"), get("binlog_snapshot_position"))
-    else {
-        return Err(PipelineError::SnapshotUnsupported);
-    };
-    // The server's own answer: if it does not parse, it answered unexpectedly.
-    let unexpected =
-        |what: String| source::SourceError::Unexpected(format!("binlog_snapshot_{what}"));
-    let position = Position::new(
-        BinlogFile::new(file).map_err(|e| unexpected(format!("file: {e}")))?,
-        offset
-            .parse()
-            .map_err(|_| unexpected(format!("position {offset:?}")))?,
-    )
-    .map_err(|e| unexpected(format!("position: {e}")))?;
+    let position = server::consistent_snapshot(&mut conn)
+        .await?
+        .ok_or(PipelineError::SnapshotUnsupported)?;
     let events = republish(config, &mut conn, None, &position, sink).await?;
-    conn.query_drop("COMMIT").await.map_err(q("COMMIT"))?;
+    conn.query_drop("COMMIT")
+        .await
+        .map_err(|source| source::SourceError::Query {
+            query: "COMMIT",
+            source,
+        })?;
     tracing::info!(%position, events, "initial snapshot published");
     Ok(position)
 }

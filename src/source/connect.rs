@@ -170,11 +170,20 @@ fn is_access_error(e: &mysql_async::Error) -> bool {
 
 /// Opens a plain connection to the source server with the configured credentials.
 pub async fn connect(cfg: &SourceConfig) -> Result<Conn, SourceError> {
-    let password = cfg.password()?;
+    connect_as(cfg, &cfg.user, cfg.password()?).await
+}
+
+/// Opens a plain connection to the source server (host, port, TLS, timeout as
+/// configured) as another user: the operator commands that write (`prune`) have their own.
+pub async fn connect_as(
+    cfg: &SourceConfig,
+    user: &str,
+    password: Option<crate::secret::Secret>,
+) -> Result<Conn, SourceError> {
     let opts = OptsBuilder::default()
         .ip_or_hostname(cfg.host.clone())
         .tcp_port(cfg.port)
-        .user(Some(cfg.user.clone()))
+        .user(Some(user.to_string()))
         .pass(password.as_ref().map(|p| p.expose().to_string()))
         .prefer_socket(false)
         .ssl_opts(ssl_opts(cfg));
@@ -184,7 +193,7 @@ pub async fn connect(cfg: &SourceConfig) -> Result<Conn, SourceError> {
         Ok(Err(source)) => Err(SourceError::Connect {
             host: cfg.host.clone(),
             port: cfg.port,
-            user: cfg.user.clone(),
+            user: user.to_string(),
             source,
         }),
         Err(_) => Err(SourceError::ConnectTimeout {

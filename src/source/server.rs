@@ -237,6 +237,45 @@ async fn base_tables(conn: &mut Conn) -> Result<Vec<(String, String)>, SourceErr
     .await
 }
 
+/// Opens a REPEATABLE READ transaction WITH CONSISTENT SNAPSHOT on `conn` and returns
+/// the binlog position exactly matching it: every transaction visible in the snapshot
+/// ends at or before it, none after it does. `None` when the server does not report one
+/// (MySQL: no `binlog_snapshot_*` status). The caller ends the transaction.
+pub async fn consistent_snapshot(conn: &mut Conn) -> Result<Option<Position>, SourceError> {
+    let q = |query: &'static str| move |source| SourceError::Query { query, source };
+    conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .map_err(q("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"))?;
+    conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        .await
+        .map_err(q("START TRANSACTION WITH CONSISTENT SNAPSHOT"))?;
+    let status: Vec<(String, String)> = query(
+        conn,
+        "SHOW SESSION STATUS WHERE Variable_name IN ('binlog_snapshot_file', 'binlog_snapshot_position')",
+    )
+    .await?;
+    let get = |name: &str| {
+        status
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let (Some(file), Some(offset)) = (get("binlog_snapshot_file"), get("binlog_snapshot_position"))
+    else {
+        return Ok(None);
+    };
+    // The server's own answer: if it does not parse, it answered unexpectedly.
+    let unexpected = |what: String| SourceError::Unexpected(format!("binlog_snapshot_{what}"));
+    let position = Position::new(
+        BinlogFile::new(file).map_err(|e| unexpected(format!("file: {e}")))?,
+        offset
+            .parse()
+            .map_err(|_| unexpected(format!("position {offset:?}")))?,
+    )
+    .map_err(|e| unexpected(format!("position: {e}")))?;
+    Ok(Some(position))
+}
+
 /// The tables on the server matching any of `patterns` (`db.table`, `*` and `?`).
 pub async fn matching_tables(
     conn: &mut Conn,

@@ -16,6 +16,7 @@ mod failover;
 mod fresh_broker;
 mod import;
 mod large;
+mod ops;
 mod outage;
 mod rows;
 mod security;

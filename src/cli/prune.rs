@@ -1,0 +1,54 @@
+//! `prune`: delete provably delivered outbox rows in small batches.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use tokio_util::sync::CancellationToken;
+
+use super::args::PruneArgs;
+use outbox_router::config::Config;
+use outbox_router::ops::prune::{prune, PruneOptions};
+
+/// Prunes (or, dry, counts) and reports per table.
+pub(super) async fn run(config: &Config, args: PruneArgs) -> Result<ExitCode> {
+    let opts = PruneOptions {
+        older_than: args.older_than,
+        timestamp_column: args
+            .timestamp_column
+            .or_else(|| config.outbox.columns.timestamp.clone())
+            .unwrap_or_else(|| "created_at".into()),
+        batch: args.batch,
+        rate: args.rate,
+        margin: args.margin,
+        wait: args.wait,
+        archive: args.archive,
+        dry_run: args.dry_run,
+    };
+    let stop = CancellationToken::new();
+    tokio::spawn(super::run::cancel_on_signal(stop.clone()));
+    let report = prune(config, &opts, &stop).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let verb = if report.dry_run {
+        "would delete"
+    } else {
+        "deleted"
+    };
+    for t in &report.tables {
+        let archived = if opts.archive.is_some() {
+            format!(", {} archived", t.archived)
+        } else {
+            String::new()
+        };
+        println!(
+            "{}: {verb} {} row(s) in {} batch(es){archived}",
+            t.table, t.rows, t.batches
+        );
+    }
+    if report.stopped {
+        println!("stopped by a signal between batches; what was deleted is delivered");
+    }
+    Ok(ExitCode::SUCCESS)
+}

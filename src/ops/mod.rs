@@ -1,0 +1,47 @@
+//! Operator commands beside the flow: they read the outbox tables and the durable
+//! checkpoint, never the running router's state, so they work while it streams.
+//!
+//! - `prune`: delete outbox rows that are provably delivered, in small batches.
+
+mod config;
+pub mod prune;
+
+pub use config::OpsConfig;
+
+use crate::checkpoint::CheckpointError;
+use crate::secret::SecretError;
+use crate::source::SourceError;
+
+/// Why an operator command stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum OpsError {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Password(#[from] SecretError),
+    #[error("no checkpoint in {dir}: nothing is provably delivered yet, so nothing can be pruned; start the router first")]
+    NoCheckpoint { dir: String },
+    #[error("prune needs its own database user: set ops.user (with ops.password_env or ops.password_file) to a user with SELECT and DELETE on the outbox tables (and INSERT on an archive table); the streaming user source.user stays read-only")]
+    NoPruneUser,
+    #[error(
+        "{table} has no one-column primary key ({found}): prune deletes by primary key; add one"
+    )]
+    NoPrimaryKey { table: String, found: String },
+    #[error("the server reports no binlog position for a consistent snapshot (binlog_snapshot_file / binlog_snapshot_position: MariaDB only), so which rows are delivered cannot be proven; nothing deleted")]
+    SnapshotUnsupported,
+    #[error("stopped at {table}: the rows selected there are visible at binlog {snapshot}, but the durable checkpoint is {checkpoint} after waiting {waited_secs} s, so they are not all provably delivered; nothing more deleted. Start the router or let it catch up (`status`), then run prune again")]
+    NotYetDelivered {
+        table: String,
+        snapshot: String,
+        checkpoint: String,
+        waited_secs: u64,
+    },
+    #[error("archiving into {archive}: copied {copied} row(s) but {deleted} were to be deleted; rolled back, nothing deleted in this batch (does {archive} have the outbox table's columns?)")]
+    ArchiveMismatch {
+        archive: String,
+        copied: u64,
+        deleted: u64,
+    },
+}

@@ -1,0 +1,325 @@
+//! `prune`: delete outbox rows that are provably delivered, in small primary-key-ordered
+//! batches, each its own short transaction.
+//!
+//! "Provably delivered" is checked per batch, not guessed from timestamps: the batch's
+//! primary keys are selected inside a consistent snapshot whose exact binlog position
+//! the server reports (`binlog_snapshot_position`). Every row visible there belongs to a
+//! transaction that ends at or before that position, so once the durable checkpoint is
+//! at or past it, every selected row has been acknowledged by Kafka. Only those keys are
+//! deleted (`DELETE … WHERE pk IN (…)`), never "whatever is old now": a long transaction
+//! that commits old-looking rows after the checkpoint is not in the snapshot, or the
+//! checkpoint is not past it yet. The age (`--older-than`) and the checkpoint's commit
+//! time minus a margin bound the selection on top of that.
+//!
+//! The router sees these DELETEs in the binlog and ignores them (`ignored_rows_total`).
+
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::OpsError;
+use crate::checkpoint::{Checkpoint, CheckpointStore};
+use crate::config::Config;
+use crate::position::{Position, TableName};
+use crate::source::{self, server, SourceError};
+
+/// What to delete and how fast.
+#[derive(Debug, Clone)]
+pub struct PruneOptions {
+    /// Only rows whose timestamp column is older than this.
+    pub older_than: Duration,
+    /// DATETIME/TIMESTAMP column saying when a row was written.
+    pub timestamp_column: String,
+    /// Rows per batch (one transaction each).
+    pub batch: usize,
+    /// Rows per second at most; `None` for no pause between batches.
+    pub rate: Option<f64>,
+    /// Subtracted from the checkpoint's commit time (clocks, time zones).
+    pub margin: Duration,
+    /// How long a batch waits for the checkpoint to pass its snapshot before stopping.
+    pub wait: Duration,
+    /// Copy the rows into this table (`db.table`, or a table in the outbox's database)
+    /// in the same transaction before deleting them.
+    pub archive: Option<String>,
+    /// Count what would be deleted; delete nothing.
+    pub dry_run: bool,
+}
+
+/// What one table's prune did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct TablePruned {
+    /// The outbox table.
+    pub table: String,
+    /// Rows deleted (with `dry_run`: that would be).
+    pub rows: u64,
+    /// Batches (transactions).
+    pub batches: u64,
+    /// Rows copied into the archive table.
+    pub archived: u64,
+}
+
+/// What `prune` did, per table; `stopped` when a signal ended it early.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PruneReport {
+    /// Per outbox table.
+    pub tables: Vec<TablePruned>,
+    /// True when nothing was deleted on purpose.
+    pub dry_run: bool,
+    /// True when a signal stopped it between batches.
+    pub stopped: bool,
+}
+
+fn quote(s: &str) -> String {
+    format!("`{}`", s.replace('`', "``"))
+}
+
+fn qualified(t: &TableName) -> String {
+    format!("{}.{}", quote(&t.database), quote(&t.table))
+}
+
+fn query_error(query: &'static str) -> impl Fn(mysql_async::Error) -> SourceError {
+    move |source| SourceError::Query { query, source }
+}
+
+/// Deletes provably delivered rows from every outbox table; see the module doc.
+pub async fn prune(
+    config: &Config,
+    opts: &PruneOptions,
+    stop: &CancellationToken,
+) -> Result<PruneReport, OpsError> {
+    let user = config.ops.user.as_deref().ok_or(OpsError::NoPruneUser)?;
+    let mut conn = source::connect_as(&config.source, user, config.ops.password()?).await?;
+    let mut report = PruneReport {
+        dry_run: opts.dry_run,
+        ..Default::default()
+    };
+    for table in server::matching_tables(&mut conn, &config.table_patterns()).await? {
+        let pk = primary_key(&mut conn, &table).await?;
+        let mut pruner = TablePruner {
+            config,
+            opts,
+            table: &table,
+            pk: &pk,
+            done: TablePruned {
+                table: table.to_string(),
+                ..Default::default()
+            },
+        };
+        let result = pruner.run(&mut conn, stop).await;
+        tracing::info!(table = %table, rows = pruner.done.rows, batches = pruner.done.batches, dry_run = opts.dry_run, "prune");
+        report.tables.push(pruner.done);
+        result?;
+        if stop.is_cancelled() {
+            report.stopped = true;
+            break;
+        }
+    }
+    Ok(report)
+}
+
+/// The one-column primary key of `table`.
+async fn primary_key(conn: &mut Conn, table: &TableName) -> Result<String, OpsError> {
+    const SQL: &str = "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION";
+    let columns: Vec<String> = conn
+        .exec(SQL, (&table.database, &table.table))
+        .await
+        .map_err(query_error("primary key columns"))?;
+    match columns.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => Err(OpsError::NoPrimaryKey {
+            table: table.to_string(),
+            found: if columns.is_empty() {
+                "none".into()
+            } else {
+                columns.join(", ")
+            },
+        }),
+    }
+}
+
+/// One table's batches.
+struct TablePruner<'a> {
+    config: &'a Config,
+    opts: &'a PruneOptions,
+    table: &'a TableName,
+    pk: &'a str,
+    done: TablePruned,
+}
+
+impl TablePruner<'_> {
+    async fn run(&mut self, conn: &mut Conn, stop: &CancellationToken) -> Result<(), OpsError> {
+        // Dry runs delete nothing, so they step past each batch by key.
+        let mut after: Option<Value> = None;
+        while !stop.is_cancelled() {
+            let checkpoint = self.checkpoint()?;
+            let cutoff_secs = self.cutoff_secs(conn, &checkpoint).await?;
+            let (snapshot, keys) = self.select_batch(conn, cutoff_secs, after.as_ref()).await?;
+            let Some(last) = keys.last().cloned() else {
+                return Ok(());
+            };
+            self.wait_until_delivered(&snapshot, checkpoint, stop)
+                .await?;
+            if stop.is_cancelled() {
+                return Ok(());
+            }
+            let rows = if self.opts.dry_run {
+                keys.len() as u64
+            } else {
+                self.delete(conn, &keys).await?
+            };
+            self.done.rows += rows;
+            self.done.batches += 1;
+            after = Some(last);
+            if let Some(rate) = self.opts.rate.filter(|r| *r > 0.0) {
+                let pause = Duration::from_secs_f64(keys.len() as f64 / rate);
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = stop.cancelled() => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn checkpoint(&self) -> Result<Checkpoint, OpsError> {
+        let dir = &self.config.checkpoint.dir;
+        CheckpointStore::peek(dir)?.ok_or_else(|| OpsError::NoCheckpoint {
+            dir: dir.display().to_string(),
+        })
+    }
+
+    /// Rows older than this (unix seconds, server clock) may be selected.
+    async fn cutoff_secs(&self, conn: &mut Conn, checkpoint: &Checkpoint) -> Result<i64, OpsError> {
+        let now_secs = server::now_ms(conn).await? / 1000;
+        let by_age = now_secs - self.opts.older_than.as_secs() as i64;
+        Ok(if checkpoint.commit_time_ms > 0 {
+            by_age.min(checkpoint.commit_time_ms / 1000 - self.opts.margin.as_secs() as i64)
+        } else {
+            by_age
+        })
+    }
+
+    /// The next batch's primary keys as one consistent snapshot sees them, and that
+    /// snapshot's binlog position.
+    async fn select_batch(
+        &self,
+        conn: &mut Conn,
+        cutoff_secs: i64,
+        after: Option<&Value>,
+    ) -> Result<(Position, Vec<Value>), OpsError> {
+        let snapshot = server::consistent_snapshot(conn).await?;
+        let mut sql = format!(
+            "SELECT {pk} FROM {table} WHERE {ts} < FROM_UNIXTIME(?)",
+            pk = quote(self.pk),
+            table = qualified(self.table),
+            ts = quote(&self.opts.timestamp_column),
+        );
+        let mut params = vec![Value::from(cutoff_secs)];
+        if let Some(after) = after {
+            sql.push_str(&format!(" AND {} > ?", quote(self.pk)));
+            params.push(after.clone());
+        }
+        sql.push_str(&format!(
+            " ORDER BY {} LIMIT {}",
+            quote(self.pk),
+            self.opts.batch.max(1)
+        ));
+        let keys: Result<Vec<Value>, _> = conn.exec(sql, params).await;
+        // The snapshot only served to read; end it whatever the select answered.
+        let ended = conn.query_drop("COMMIT").await;
+        let keys = keys.map_err(query_error("SELECT outbox primary keys to prune"))?;
+        ended.map_err(query_error("COMMIT"))?;
+        Ok((snapshot.ok_or(OpsError::SnapshotUnsupported)?, keys))
+    }
+
+    /// Returns once the durable checkpoint is at or past `snapshot`; fails after
+    /// `opts.wait`.
+    async fn wait_until_delivered(
+        &self,
+        snapshot: &Position,
+        mut checkpoint: Checkpoint,
+        stop: &CancellationToken,
+    ) -> Result<(), OpsError> {
+        let started = Instant::now();
+        loop {
+            // Positions in differently named binlogs do not compare: not proven.
+            if checkpoint
+                .position
+                .partial_cmp(snapshot)
+                .is_some_and(|o| o.is_ge())
+            {
+                return Ok(());
+            }
+            if started.elapsed() >= self.opts.wait || stop.is_cancelled() {
+                return Err(OpsError::NotYetDelivered {
+                    table: self.table.to_string(),
+                    snapshot: snapshot.file_offset(),
+                    checkpoint: checkpoint.position.file_offset(),
+                    waited_secs: started.elapsed().as_secs(),
+                });
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                _ = stop.cancelled() => {}
+            }
+            checkpoint = self.checkpoint()?;
+        }
+    }
+
+    /// Deletes exactly `keys` (archiving them first) in one transaction.
+    async fn delete(&mut self, conn: &mut Conn, keys: &[Value]) -> Result<u64, OpsError> {
+        // One primary-key lookup per row, READ COMMITTED: each statement locks the one
+        // row it deletes and no gap, so it never holds up the application's INSERTs nor
+        // waits on one still open. (An IN list may be run as a scan, which waits on every
+        // uncommitted row it passes.)
+        let by_key = format!("WHERE {} = ?", quote(self.pk));
+        let mut tx_opts = mysql_async::TxOpts::default();
+        tx_opts.with_isolation_level(mysql_async::IsolationLevel::ReadCommitted);
+        let mut tx = conn
+            .start_transaction(tx_opts)
+            .await
+            .map_err(query_error("START TRANSACTION"))?;
+        let mut copied = None;
+        if let Some(archive) = &self.opts.archive {
+            let target = match archive.split_once('.') {
+                Some((db, t)) => format!("{}.{}", quote(db), quote(t)),
+                None => format!("{}.{}", quote(&self.table.database), quote(archive)),
+            };
+            let sql = format!(
+                "INSERT INTO {target} SELECT * FROM {} {by_key}",
+                qualified(self.table)
+            );
+            let mut n = 0;
+            for key in keys {
+                tx.exec_drop(&sql, (key.clone(),))
+                    .await
+                    .map_err(query_error("INSERT INTO archive table"))?;
+                n += tx.affected_rows();
+            }
+            copied = Some(n);
+        }
+        let sql = format!("DELETE FROM {} {by_key}", qualified(self.table));
+        let mut deleted = 0;
+        for key in keys {
+            tx.exec_drop(&sql, (key.clone(),))
+                .await
+                .map_err(query_error("DELETE outbox rows"))?;
+            deleted += tx.affected_rows();
+        }
+        if let Some(copied) = copied {
+            if copied != deleted {
+                tx.rollback().await.map_err(query_error("ROLLBACK"))?;
+                return Err(OpsError::ArchiveMismatch {
+                    archive: self.opts.archive.clone().unwrap_or_default(),
+                    copied,
+                    deleted,
+                });
+            }
+            self.done.archived += copied;
+        }
+        tx.commit().await.map_err(query_error("COMMIT"))?;
+        Ok(deleted)
+    }
+}
