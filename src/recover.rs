@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use crate::checkpoint::{now_ms, Checkpoint, CheckpointStore};
 use crate::config::Config;
-use crate::pipeline::table::republish;
+use crate::pipeline::table::{republish, TableRows};
 use crate::pipeline::PipelineError;
 use crate::sink::{KafkaSink, Sink};
+use crate::source::snapshot::RowFilter;
 use crate::source::{self, server};
 
 /// What to re-publish.
@@ -80,8 +81,9 @@ pub async fn recover(
             &crate::monitor::Metrics::default(),
         )?)
     };
-    let since = Some((opts.timestamp_column.as_str(), since_secs));
-    let events = republish(config, &mut conn, since, &resume_at, &sink).await?;
+    let filter = RowFilter::default().since(&opts.timestamp_column, since_secs);
+    let rows = TableRows::new(filter, &resume_at);
+    let events = republish(config, &mut conn, &rows, &sink, |_| {}).await?;
     if events == 0 && !opts.dry_run && !opts.allow_empty {
         return Err(PipelineError::RecoverFoundNothing {
             since: since_secs,

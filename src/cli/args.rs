@@ -81,6 +81,16 @@ pub(crate) enum Command {
     /// snapshot they were selected in), in small primary-key-ordered batches; works while
     /// the router runs. Connects as ops.user.
     Prune(PruneArgs),
+    /// Publish chosen outbox rows again with their original event ids, keys and topics,
+    /// plus a header naming the replay; throttled and written to the audit trail. Works
+    /// while the router runs and leaves its checkpoint alone.
+    Replay(ReplayArgs),
+    /// List the audit trail: every replay and republish, who, when, why, how many.
+    Audit {
+        /// Print JSON lines (every entry, started and outcome).
+        #[arg(long)]
+        json: bool,
+    },
     /// Inspect or change the stored checkpoint (stop the router first).
     Checkpoint {
         #[command(subcommand)]
@@ -177,6 +187,76 @@ pub(crate) struct PruneArgs {
     #[arg(long)]
     pub(crate) dry_run: bool,
     /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// A point in time: unix seconds, RFC 3339 (`2026-12-01T10:00:00Z`, `2026-12-01 10:00:00`,
+/// UTC), or a duration ago (`2h`, `7d`).
+pub(crate) fn parse_time(s: &str) -> Result<i64, String> {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    if let Ok(secs) = s.parse::<i64>() {
+        return Ok(secs);
+    }
+    let at = match humantime::parse_rfc3339_weak(s) {
+        Ok(t) => t,
+        Err(_) => {
+            let ago = humantime::parse_duration(s).map_err(|_| {
+                format!("{s:?} is not a time: give unix seconds, RFC 3339 (2026-12-01T10:00:00Z) or a duration ago (2h, 7d)")
+            })?;
+            SystemTime::now() - ago
+        }
+    };
+    Ok(at
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64))
+}
+
+/// `LOW..HIGH`.
+fn parse_range(s: &str) -> Result<(String, String), String> {
+    s.split_once("..")
+        .map(|(l, h)| (l.to_string(), h.to_string()))
+        .ok_or_else(|| format!("{s:?} is not a range: give LOW..HIGH"))
+}
+
+/// `replay`'s flags: the selection (all given conditions hold), pace and audit.
+#[derive(Args)]
+pub(crate) struct ReplayArgs {
+    /// Event ids (repeat, or separate with commas).
+    #[arg(long = "event-id", value_delimiter = ',')]
+    pub(crate) event_ids: Vec<String>,
+    /// Rows of this aggregate id.
+    #[arg(long)]
+    pub(crate) aggregate_id: Option<String>,
+    /// Rows of this event type.
+    #[arg(long)]
+    pub(crate) event_type: Option<String>,
+    /// Event ids from LOW to HIGH, both included (compared as the column's type).
+    #[arg(long, value_parser = parse_range, value_name = "LOW..HIGH")]
+    pub(crate) id_range: Option<(String, String)>,
+    /// Rows written at or after this time (unix seconds, RFC 3339, or a duration ago).
+    #[arg(long, value_parser = parse_time)]
+    pub(crate) since: Option<i64>,
+    /// Rows written before this time.
+    #[arg(long, value_parser = parse_time)]
+    pub(crate) until: Option<i64>,
+    /// DATETIME/TIMESTAMP column --since / --until are on
+    /// [default: outbox.columns.timestamp, else created_at].
+    #[arg(long)]
+    pub(crate) timestamp_column: Option<String>,
+    /// Records per second at most.
+    #[arg(long)]
+    pub(crate) rate: Option<f64>,
+    /// Why: goes into the audit trail (required).
+    #[arg(long)]
+    pub(crate) reason: String,
+    /// Who asked [default: the OS user].
+    #[arg(long)]
+    pub(crate) by: Option<String>,
+    /// List what would go (event id, topic, key); send nothing, audit nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Print the audit entry as JSON.
     #[arg(long)]
     pub(crate) json: bool,
 }

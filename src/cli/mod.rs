@@ -10,10 +10,12 @@
 //! | 3 | `run`: the checkpoint's binlog was purged, run `recover` (`status`: unknown) |
 
 pub(crate) mod args;
+mod audit;
 mod checkpoint;
 mod import;
 mod prune;
 mod recover;
+mod replay;
 mod run;
 mod status;
 mod validate;
@@ -57,6 +59,8 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<ExitCode> {
         } => status::run(&config, json, detect_hours, repair_hours).await,
         Command::Recover(args) => recover::run(&config, args).await,
         Command::Prune(args) => prune::run(&config, args).await,
+        Command::Replay(args) => replay::run(&config, args).await,
+        Command::Audit { json } => audit::run(&config, json),
         Command::Checkpoint { action } => checkpoint::run(&config, action),
     }
 }

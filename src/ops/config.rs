@@ -8,7 +8,7 @@ use serde::Deserialize;
 use crate::secret::{Secret, SecretError};
 
 /// Operator command settings.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OpsConfig {
     /// User `prune` connects as (SELECT and DELETE on the outbox tables, INSERT on an
@@ -31,6 +31,19 @@ pub struct OpsConfig {
 
 fn default_replay_header() -> String {
     "replay".into()
+}
+
+impl Default for OpsConfig {
+    fn default() -> Self {
+        Self {
+            user: None,
+            password_env: None,
+            password_file: None,
+            audit_file: None,
+            audit_topic: None,
+            replay_header: default_replay_header(),
+        }
+    }
 }
 
 impl OpsConfig {

@@ -2,9 +2,13 @@
 //! checkpoint, never the running router's state, so they work while it streams.
 //!
 //! - `prune`: delete outbox rows that are provably delivered, in small batches.
+//! - `replay`: publish chosen rows again with their event ids, throttled, audited.
+//! - `audit`: the trail of every replay.
 
+pub mod audit;
 mod config;
 pub mod prune;
+pub mod replay;
 
 pub use config::OpsConfig;
 
@@ -21,6 +25,14 @@ pub enum OpsError {
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
     Password(#[from] SecretError),
+    #[error(transparent)]
+    Sink(#[from] crate::sink::SinkError),
+    #[error(transparent)]
+    Audit(#[from] audit::AuditError),
+    #[error(transparent)]
+    Pipeline(Box<crate::pipeline::PipelineError>),
+    #[error("nothing selected: give event ids, an aggregate id, an event type, an id range or a time window (`replay --help`)")]
+    NothingSelected,
     #[error("no checkpoint in {dir}: nothing is provably delivered yet, so nothing can be pruned; start the router first")]
     NoCheckpoint { dir: String },
     #[error("prune needs its own database user: set ops.user (with ops.password_env or ops.password_file) to a user with SELECT and DELETE on the outbox tables (and INSERT on an archive table); the streaming user source.user stays read-only")]

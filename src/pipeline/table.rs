@@ -1,6 +1,6 @@
 //! Publishing outbox rows read from the tables themselves rather than the binlog —
-//! the initial snapshot, and `recover` after a purge — through the same outbox, route
-//! and sink stages, with their original event ids.
+//! the initial snapshot, `recover` after a purge, `replay` — through the same outbox,
+//! route and sink stages, with their original event ids.
 //!
 //! The initial snapshot (`source.snapshot = "initial"`) reads every row in a consistent
 //! snapshot whose binlog position MariaDB reports exactly: streaming continues there.
@@ -20,14 +20,39 @@ use crate::source::{self, server, RowChange, RowOp, Transaction};
 /// Rows published per Kafka round trip.
 const CHUNK: usize = 1000;
 
-/// Publishes the outbox tables' rows (all, or those whose `column` is at or after `since`
-/// unix seconds) with their original event ids, waiting for every acknowledgement.
+/// Which table rows go out, and how.
+#[derive(Debug, Clone)]
+pub(crate) struct TableRows<'a> {
+    /// Which rows of each outbox table.
+    pub filter: source::snapshot::RowFilter,
+    /// The position their records carry as transaction end.
+    pub position: &'a Position,
+    /// A header added to every record (a replay's id).
+    pub header: Option<(String, Vec<u8>)>,
+    /// Records per second at most.
+    pub rate: Option<f64>,
+}
+
+impl<'a> TableRows<'a> {
+    /// The rows passing `filter`, as fast as Kafka takes them, without an extra header.
+    pub fn new(filter: source::snapshot::RowFilter, position: &'a Position) -> Self {
+        Self {
+            filter,
+            position,
+            header: None,
+            rate: None,
+        }
+    }
+}
+
+/// Publishes the outbox tables' rows that `rows.filter` passes, with their original event
+/// ids, waiting for every acknowledgement; `inspect` sees each record before it is sent.
 pub(crate) async fn republish(
     config: &Config,
     conn: &mut mysql_async::Conn,
-    since: Option<(&str, i64)>,
-    position: &Position,
+    rows: &TableRows<'_>,
     sink: &Sink,
+    mut inspect: impl FnMut(&crate::route::Record),
 ) -> Result<u64, PipelineError> {
     let metrics = Metrics::default();
     let (mapper, router) = super::read::stages(config).await?;
@@ -35,18 +60,25 @@ pub(crate) async fn republish(
     let order_by: Vec<String> = if !config.source.snapshot_order_by.is_empty() {
         config.source.snapshot_order_by.clone()
     } else {
-        since
-            .map(|(c, _)| c.to_string())
+        rows.filter
+            .time_column()
+            .map(str::to_string)
             .or_else(|| config.rules().ok().and_then(|r| r.timestamp))
             .into_iter()
             .collect()
     };
+    // Small chunks under a low rate, so the pace is even.
+    let chunk_size = match rows.rate {
+        Some(rate) if rate > 0.0 => (rate as usize).clamp(1, CHUNK),
+        _ => CHUNK,
+    };
+    let started = std::time::Instant::now();
     let patterns = config.table_patterns();
     let mut events = 0u64;
     for table in server::matching_tables(conn, &patterns).await? {
         let table = Arc::new(table);
-        let rows = source::snapshot::rows(conn, &table, since, &order_by).await?;
-        let mut chunks = rows.chunks(CHUNK);
+        let stream = source::snapshot::rows(conn, &table, &rows.filter, &order_by).await?;
+        let mut chunks = stream.chunks(chunk_size);
         while let Some(chunk) = chunks.next().await {
             let changes = chunk
                 .into_iter()
@@ -60,13 +92,19 @@ pub(crate) async fn republish(
                 })
                 .collect::<Result<Vec<_>, source::SourceError>>()?;
             let txn = Transaction {
-                end: position.clone(),
+                end: rows.position.clone(),
                 commit_time_ms: now_ms(),
                 changes,
                 complete: true,
             };
             let mut batch = super::read::map_and_route(&mapper, &router, &metrics, txn)?;
             policy.apply(&router, &metrics, &mut batch)?;
+            for record in &mut batch.records {
+                if let Some(header) = &rows.header {
+                    record.headers.push(header.clone());
+                }
+                inspect(record);
+            }
             // Exactly-once mode: one Kafka transaction per chunk, without a marker (the
             // checkpoint moves only once every row is out), so a crash part-way sends the
             // rows again: table rows are published at least once.
@@ -84,6 +122,12 @@ pub(crate) async fn republish(
                 }
             }
             sink.commit(None).await?;
+            if let Some(rate) = rows.rate.filter(|r| *r > 0.0) {
+                let due = std::time::Duration::from_secs_f64(events as f64 / rate);
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    tokio::time::sleep(wait).await;
+                }
+            }
         }
         tracing::info!(%table, events, "published outbox rows from the table");
     }
@@ -98,7 +142,8 @@ pub async fn initial_snapshot(config: &Config, sink: &Sink) -> Result<Position, 
     let position = server::consistent_snapshot(&mut conn)
         .await?
         .ok_or(PipelineError::SnapshotUnsupported)?;
-    let events = republish(config, &mut conn, None, &position, sink).await?;
+    let rows = TableRows::new(Default::default(), &position);
+    let events = republish(config, &mut conn, &rows, sink, |_| {}).await?;
     conn.query_drop("COMMIT")
         .await
         .map_err(|source| source::SourceError::Query {

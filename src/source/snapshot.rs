@@ -1,4 +1,5 @@
-//! Reading outbox rows from the table itself (recovery when the binlog is gone).
+//! Reading outbox rows from the table itself: the initial snapshot, recovery when the
+//! binlog is gone, and the operator commands (replay, reconcile).
 
 use futures::{Stream, StreamExt};
 use mysql_async::binlog::value::BinlogValue;
@@ -12,28 +13,102 @@ fn quote_ident(s: &str) -> String {
     format!("`{}`", s.replace('`', "``"))
 }
 
-/// Streams rows of `table` — all, or those whose `since.0` column is at or after `since.1`
-/// (unix seconds, read in the session time zone like `CURRENT_TIMESTAMP`) — ordered by
-/// the `order_by` columns, shaped like binlog rows so the same mapping applies.
+/// Which rows of an outbox table to read: conditions on its columns, all of which must
+/// hold (none: every row). Values travel as parameters, column names quoted.
+#[derive(Debug, Clone, Default)]
+pub struct RowFilter {
+    conditions: Vec<String>,
+    params: Vec<mysql_async::Value>,
+    /// The time column a window is on: rows are best read in its order.
+    time_column: Option<String>,
+}
+
+impl RowFilter {
+    /// Rows whose `column` is at or after `secs` (unix seconds, read in the session time
+    /// zone like `CURRENT_TIMESTAMP`).
+    pub fn since(mut self, column: &str, secs: i64) -> Self {
+        self.conditions
+            .push(format!("{} >= FROM_UNIXTIME(?)", quote_ident(column)));
+        self.params.push(secs.into());
+        self.time_column = Some(column.to_string());
+        self
+    }
+
+    /// Rows whose `column` is before `secs` (unix seconds).
+    pub fn until(mut self, column: &str, secs: i64) -> Self {
+        self.conditions
+            .push(format!("{} < FROM_UNIXTIME(?)", quote_ident(column)));
+        self.params.push(secs.into());
+        self.time_column = Some(column.to_string());
+        self
+    }
+
+    /// Rows whose `column` is one of `values`.
+    pub fn one_of(mut self, column: &str, values: &[String]) -> Self {
+        let marks = vec!["?"; values.len().max(1)].join(", ");
+        if values.is_empty() {
+            self.conditions.push("FALSE".into());
+            return self;
+        }
+        self.conditions
+            .push(format!("{} IN ({marks})", quote_ident(column)));
+        self.params
+            .extend(values.iter().map(|v| mysql_async::Value::from(v.as_str())));
+        self
+    }
+
+    /// Rows whose `column` is between `low` and `high`, both included.
+    pub fn between(mut self, column: &str, low: &str, high: &str) -> Self {
+        self.conditions
+            .push(format!("{} BETWEEN ? AND ?", quote_ident(column)));
+        self.params.push(low.into());
+        self.params.push(high.into());
+        self
+    }
+
+    /// Rows matching an SQL condition as given by the operator (a snapshot watermark
+    /// such as `id > 1234567`).
+    pub fn condition(mut self, sql: &str) -> Self {
+        self.conditions.push(format!("({sql})"));
+        self
+    }
+
+    /// The time column of a `since` / `until` window, if any.
+    pub fn time_column(&self) -> Option<&str> {
+        self.time_column.as_deref()
+    }
+
+    /// True when every row passes.
+    pub fn is_everything(&self) -> bool {
+        self.conditions.is_empty()
+    }
+
+    /// ` WHERE …` (or nothing) and its parameters.
+    fn sql(&self) -> (String, Vec<mysql_async::Value>) {
+        if self.conditions.is_empty() {
+            return (String::new(), Vec::new());
+        }
+        (
+            format!(" WHERE {}", self.conditions.join(" AND ")),
+            self.params.clone(),
+        )
+    }
+}
+
+/// Streams the rows of `table` that pass `filter`, ordered by the `order_by` columns,
+/// shaped like binlog rows so the same mapping applies.
 pub async fn rows<'c>(
     conn: &'c mut Conn,
     table: &TableName,
-    since: Option<(&str, i64)>,
+    filter: &RowFilter,
     order_by: &[String],
 ) -> Result<impl Stream<Item = Result<RowImage, SourceError>> + 'c, SourceError> {
+    let (condition, params) = filter.sql();
     let mut sql = format!(
-        "SELECT * FROM {}.{}",
+        "SELECT * FROM {}.{}{condition}",
         quote_ident(&table.database),
         quote_ident(&table.table)
     );
-    let mut params: Vec<mysql_async::Value> = Vec::new();
-    if let Some((column, secs)) = since {
-        sql.push_str(&format!(
-            " WHERE {} >= FROM_UNIXTIME(?)",
-            quote_ident(column)
-        ));
-        params.push(secs.into());
-    }
     if !order_by.is_empty() {
         let columns: Vec<String> = order_by.iter().map(|c| quote_ident(c)).collect();
         sql.push_str(&format!(" ORDER BY {}", columns.join(", ")));

@@ -168,3 +168,141 @@ async fn prune_deletes_only_rows_the_checkpoint_has_passed() {
     let distinct: HashSet<String> = all.iter().map(Msg::id).collect();
     assert_eq!((all.len(), distinct.len()), (611, 611));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_resends_the_selection_with_its_ids_throttled_and_audited() {
+    let (mut conn, mut setup) = fresh("replay").await;
+    let db = setup.db.clone();
+    let topic = setup.topic("Order");
+    let audit_topic = format!("{}.audit", setup.topic_prefix);
+    setup.extra_toml = format!("[ops]\naudit_topic = \"{audit_topic}\"\n");
+    let mut router = setup.start_router();
+    let events: Vec<Ev> = (0..30)
+        .map(|i| {
+            Ev::new(
+                format!("r-{i:02}"),
+                "Order",
+                &format!("o{}", i % 3),
+                format!("{{\"n\":{i}}}"),
+            )
+        })
+        .collect();
+    for chunk in events.chunks(10) {
+        insert_txn(&mut conn, &db, chunk).await;
+    }
+    assert_eq!(
+        wait_for_count(std::slice::from_ref(&topic), 30, Duration::from_secs(60)),
+        30
+    );
+
+    let out = setup.cli(&["replay", "--reason", "no selection"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing selected"));
+
+    // A dry run lists, sends nothing and audits nothing.
+    let listed = stdout_ok(
+        &setup.cli(&[
+            "replay",
+            "--event-id",
+            "r-03,r-04",
+            "--reason",
+            "look",
+            "--dry-run",
+        ]),
+        "dry run",
+    );
+    assert_eq!(
+        listed.lines().filter(|l| l.starts_with("r-0")).count(),
+        2,
+        "{listed}"
+    );
+    assert!(listed.contains(&format!("r-03\t{topic}\to0")), "{listed}");
+
+    // Aggregate o1 (10 events) at 20/s, beside the running router.
+    let started = std::time::Instant::now();
+    let printed = stdout_ok(
+        &setup.cli(&[
+            "replay",
+            "--aggregate-id",
+            "o1",
+            "--rate",
+            "20",
+            "--reason",
+            "consumer lost its state",
+            "--by",
+            "alice",
+        ]),
+        "replay",
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(450),
+        "not throttled"
+    );
+    assert!(printed.contains("completed — 10 record(s)"), "{printed}");
+    insert_txn(&mut conn, &db, &[Ev::new("r-live", "Order", "o1", "{}")]).await;
+    drain_and_stop(&mut router, std::slice::from_ref(&topic), 31);
+
+    let all = read_all(std::slice::from_ref(&topic));
+    assert_eq!(all.len(), 41, "30 first deliveries, 10 replayed, 1 live");
+    let (replayed, first): (Vec<&Msg>, Vec<&Msg>) =
+        all.iter().partition(|m| m.headers.contains_key("replay"));
+    assert_eq!(replayed.len(), 10);
+    let replay_ids: HashSet<&[u8]> = replayed
+        .iter()
+        .map(|m| m.headers["replay"].as_slice())
+        .collect();
+    assert_eq!(
+        replay_ids.len(),
+        1,
+        "one replay id on every replayed record"
+    );
+    for r in &replayed {
+        let original = first
+            .iter()
+            .find(|m| m.id() == r.id())
+            .expect("replayed an existing event");
+        assert_eq!(
+            (&r.key, &r.payload, r.partition),
+            (&original.key, &original.payload, original.partition),
+            "{} replayed unlike its first delivery",
+            r.id()
+        );
+        assert_eq!(r.key, b"o1");
+    }
+
+    // The trail: one replay, who, why, what, how many; started and its outcome.
+    let listing = stdout_ok(&setup.cli(&["audit"]), "audit");
+    assert_eq!(listing.lines().count(), 1, "{listing}");
+    assert!(
+        listing.contains("replay by alice: 10 record(s)"),
+        "{listing}"
+    );
+    assert!(
+        listing.contains("reason: consumer lost its state"),
+        "{listing}"
+    );
+    assert!(listing.contains("\"aggregate_id\":\"o1\""), "{listing}");
+    let json = stdout_ok(&setup.cli(&["audit", "--json"]), "audit --json");
+    let entries: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let outcomes: Vec<&str> = entries
+        .iter()
+        .map(|e| e["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["started", "completed"]);
+    let replay_id = std::str::from_utf8(replay_ids.into_iter().next().unwrap()).unwrap();
+    assert_eq!(entries[1]["id"], replay_id);
+    assert_eq!(
+        (
+            entries[1]["first_event_id"].as_str(),
+            entries[1]["last_event_id"].as_str()
+        ),
+        (Some("r-01"), Some("r-28"))
+    );
+    // The same two entries on the audit topic, keyed by the replay id.
+    let on_topic = read_all(&[audit_topic]);
+    assert_eq!(on_topic.len(), 2);
+    assert!(on_topic.iter().all(|m| m.key == replay_id.as_bytes()));
+}
