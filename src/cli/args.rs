@@ -85,6 +85,10 @@ pub(crate) enum Command {
     /// plus a header naming the replay; throttled and written to the audit trail. Works
     /// while the router runs and leaves its checkpoint alone.
     Replay(ReplayArgs),
+    /// Compare the outbox rows of a time window with what the routed topics hold, by
+    /// event id: missing, duplicated, misrouted, not in the table. Exit 0 when nothing is
+    /// missing or misrouted, 1 otherwise.
+    Reconcile(ReconcileArgs),
     /// List the audit trail: every replay and republish, who, when, why, how many.
     Audit {
         /// Print JSON lines (every entry, started and outcome).
@@ -257,6 +261,43 @@ pub(crate) struct ReplayArgs {
     #[arg(long)]
     pub(crate) dry_run: bool,
     /// Print the audit entry as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `reconcile`'s flags.
+#[derive(Args)]
+pub(crate) struct ReconcileArgs {
+    /// Rows written at or after this time (unix seconds, RFC 3339, or a duration ago).
+    #[arg(long, value_parser = parse_time)]
+    pub(crate) since: i64,
+    /// Rows written before this time [default: now].
+    #[arg(long, value_parser = parse_time)]
+    pub(crate) until: Option<i64>,
+    /// DATETIME/TIMESTAMP column the window is on
+    /// [default: outbox.columns.timestamp, else created_at].
+    #[arg(long)]
+    pub(crate) timestamp_column: Option<String>,
+    /// How long to wait for the router's checkpoint to pass the rows read.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    pub(crate) wait: std::time::Duration,
+    /// When it does not: rows written this close to the checkpoint's commit time are
+    /// in flight, not missing.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    pub(crate) grace: std::time::Duration,
+    /// Send the missing events again with their original ids (throttled, audited).
+    #[arg(long, requires = "reason")]
+    pub(crate) republish_missing: bool,
+    /// Why they are republished: goes into the audit trail.
+    #[arg(long)]
+    pub(crate) reason: Option<String>,
+    /// Who asked [default: the OS user].
+    #[arg(long)]
+    pub(crate) by: Option<String>,
+    /// Records per second at most when republishing.
+    #[arg(long)]
+    pub(crate) rate: Option<f64>,
+    /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
 }

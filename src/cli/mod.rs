@@ -14,6 +14,7 @@ mod audit;
 mod checkpoint;
 mod import;
 mod prune;
+mod reconcile;
 mod recover;
 mod replay;
 mod run;
@@ -61,6 +62,7 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Prune(args) => prune::run(&config, args).await,
         Command::Replay(args) => replay::run(&config, args).await,
         Command::Audit { json } => audit::run(&config, json),
+        Command::Reconcile(args) => reconcile::run(&config, args).await,
         Command::Checkpoint { action } => checkpoint::run(&config, action),
     }
 }

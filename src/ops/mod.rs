@@ -3,11 +3,13 @@
 //!
 //! - `prune`: delete outbox rows that are provably delivered, in small batches.
 //! - `replay`: publish chosen rows again with their event ids, throttled, audited.
+//! - `reconcile`: compare a window of rows with what the topics hold, by event id.
 //! - `audit`: the trail of every replay.
 
 pub mod audit;
 mod config;
 pub mod prune;
+pub mod reconcile;
 pub mod replay;
 
 pub use config::OpsConfig;

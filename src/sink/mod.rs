@@ -4,6 +4,7 @@
 mod config;
 mod kafka;
 mod markers;
+mod scan;
 mod stdout;
 mod topics;
 
@@ -13,6 +14,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 pub use config::{DeliveryConfig, DeliveryMode, KafkaConfig, TopicRule, TopicsConfig};
 pub use kafka::{client_config, consumer_config, KafkaSink};
 pub use markers::{newest, Newest};
+pub use scan::{scan, Scanned};
 pub use stdout::StdoutSink;
 pub use topics::TopicCreator;
 

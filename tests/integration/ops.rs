@@ -1,10 +1,16 @@
-//! Operator commands on the real servers: prune.
+//! Operator commands on the real servers: prune, replay and audit, reconcile.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::util::*;
 
@@ -67,6 +73,7 @@ fn stdout_ok(out: &std::process::Output, what: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn prune_deletes_only_rows_the_checkpoint_has_passed() {
+    let _settings = SERVER_SETTINGS.read().await;
     let (mut conn, mut setup) = fresh("prune").await;
     let db = setup.db.clone();
     let table = format!("{db}.outbox");
@@ -171,6 +178,7 @@ async fn prune_deletes_only_rows_the_checkpoint_has_passed() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_resends_the_selection_with_its_ids_throttled_and_audited() {
+    let _settings = SERVER_SETTINGS.read().await;
     let (mut conn, mut setup) = fresh("replay").await;
     let db = setup.db.clone();
     let topic = setup.topic("Order");
@@ -305,4 +313,181 @@ async fn replay_resends_the_selection_with_its_ids_throttled_and_audited() {
     let on_topic = read_all(&[audit_topic]);
     assert_eq!(on_topic.len(), 2);
     assert!(on_topic.iter().all(|m| m.key == replay_id.as_bytes()));
+}
+
+/// Produces a record with event id header `id` to `topic`, as a stranger would.
+async fn produce(topic: &str, id: &str, key: &[u8], payload: Option<&[u8]>) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .create()
+        .unwrap();
+    let mut record = FutureRecord::to(topic)
+        .key(key)
+        .headers(OwnedHeaders::new().insert(Header {
+            key: "id",
+            value: Some(id),
+        }));
+    if let Some(p) = payload {
+        record = record.payload(p);
+    }
+    producer
+        .send(record, Duration::from_secs(30))
+        .await
+        .unwrap();
+}
+
+/// `reconcile --json`'s report and exit status.
+fn reconcile(setup: &RouterSetup, args: &[&str]) -> (bool, serde_json::Value) {
+    let mut all = vec!["reconcile", "--json"];
+    all.extend_from_slice(args);
+    let out = setup.cli(&all);
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "reconcile printed no report ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.success(), report)
+}
+
+fn ids(report: &serde_json::Value, kind: &str) -> Vec<String> {
+    let mut ids: Vec<String> = report[kind]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reconcile_finds_exactly_the_holes_made_and_republishes_them() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, setup) = fresh("reconcile").await;
+    let db = setup.db.clone();
+    let topic = setup.topic("Order");
+    let since = (std::time::SystemTime::now() - Duration::from_secs(60))
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .to_string();
+    let mut router = setup.start_router();
+    let events: Vec<Ev> = (0..200)
+        .map(|i| {
+            Ev::new(
+                format!("c-{i:03}"),
+                "Order",
+                &format!("o{}", i % 10),
+                format!("{{\"n\":{i}}}"),
+            )
+        })
+        .collect();
+    for chunk in events.chunks(20) {
+        insert_txn(&mut conn, &db, chunk).await;
+    }
+    assert_eq!(
+        wait_for_count(std::slice::from_ref(&topic), 200, Duration::from_secs(60)),
+        200
+    );
+    let (clean, report) = reconcile(&setup, &["--since", &since]);
+    assert!(clean, "{report:#}");
+    assert_eq!(report["topics"][&topic]["found_once"], 200, "{report:#}");
+    assert_eq!(report["proven"], true);
+
+    // Holes: the first 4 records of one partition deleted from Kafka.
+    let first = read_all(std::slice::from_ref(&topic));
+    let partition = first[0].partition;
+    let mut deleted: Vec<String> = first
+        .iter()
+        .filter(|m| m.partition == partition && m.offset < 4)
+        .map(Msg::id)
+        .collect();
+    deleted.sort();
+    assert_eq!(deleted.len(), 4);
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .create()
+        .unwrap();
+    let mut upto = TopicPartitionList::new();
+    upto.add_partition_offset(&topic, partition, Offset::Offset(4))
+        .unwrap();
+    let result = admin
+        .delete_records(&upto, &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(
+        result.elements().iter().all(|e| e.error().is_ok()),
+        "{result:?}"
+    );
+    // A duplicate, a misrouted copy (payload changed), a record that is no row's.
+    let copy = first.iter().find(|m| m.id() == "c-150").unwrap();
+    produce(&topic, "c-150", &copy.key, copy.payload.as_deref()).await;
+    produce(&topic, "c-151", b"o1", Some(b"{\"n\":-1}")).await;
+    produce(&topic, "stranger-1", b"o1", Some(b"{}")).await;
+
+    let (clean, report) = reconcile(&setup, &["--since", &since]);
+    assert!(!clean, "holes not seen: {report:#}");
+    let counts = &report["topics"][&topic];
+    assert_eq!(ids(&report, "missing_ids"), deleted, "{report:#}");
+    assert_eq!(ids(&report, "duplicated_ids"), ["c-150"], "{report:#}");
+    assert_eq!(ids(&report, "misrouted_ids"), ["c-151"], "{report:#}");
+    assert_eq!(
+        ids(&report, "not_in_table_ids"),
+        ["stranger-1"],
+        "{report:#}"
+    );
+    assert_eq!(
+        (
+            counts["expected"].as_u64(),
+            counts["found_once"].as_u64(),
+            counts["in_flight"].as_u64()
+        ),
+        (Some(200), Some(194), Some(0)),
+        "{report:#}"
+    );
+
+    // Republished with their ids and audited; then nothing is missing.
+    let out = setup.cli(&[
+        "reconcile",
+        "--since",
+        &since,
+        "--republish-missing",
+        "--reason",
+        "records deleted in test",
+    ]);
+    assert!(!out.status.success(), "the state found was not clean");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("republished 4 missing event(s)"));
+    let (_, report) = reconcile(&setup, &["--since", &since]);
+    assert_eq!(
+        ids(&report, "missing_ids"),
+        Vec::<String>::new(),
+        "{report:#}"
+    );
+    let again: Vec<String> = read_all(std::slice::from_ref(&topic))
+        .iter()
+        .filter(|m| m.headers.contains_key("replay"))
+        .map(Msg::id)
+        .collect();
+    let mut again = again;
+    again.sort();
+    assert_eq!(again, deleted);
+    let audit = stdout_ok(&setup.cli(&["audit"]), "audit");
+    assert!(
+        audit.contains("republish by") && audit.contains("4 record(s)"),
+        "{audit}"
+    );
+
+    // Rows the router has not delivered (it is stopped) are in flight, not missing.
+    assert!(router.stop(Duration::from_secs(30)).success());
+    insert_txn(&mut conn, &db, &[Ev::new("c-late", "Order", "o1", "{}")]).await;
+    let (_, report) = reconcile(&setup, &["--since", &since, "--wait", "1s"]);
+    assert_eq!(report["proven"], false, "{report:#}");
+    assert_eq!(report["topics"][&topic]["in_flight"], 1, "{report:#}");
+    assert_eq!(
+        ids(&report, "missing_ids"),
+        Vec::<String>::new(),
+        "{report:#}"
+    );
 }

@@ -1,0 +1,126 @@
+//! `reconcile`: what reached Kafka, by event id; optionally send what is missing.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use tokio_util::sync::CancellationToken;
+
+use super::args::ReconcileArgs;
+use outbox_router::config::Config;
+use outbox_router::ops::audit::os_user;
+use outbox_router::ops::reconcile::{reconcile, ReconcileOptions, ReconcileReport};
+use outbox_router::ops::replay::{replay, ReplayOptions, Selection};
+
+/// Ids printed per kind (JSON lists them all, up to the report's limit).
+const PRINTED_IDS: usize = 20;
+
+/// Reconciles, prints, republishes when asked; exit 1 when anything is missing or misrouted.
+pub(super) async fn run(config: &Config, args: ReconcileArgs) -> Result<ExitCode> {
+    let timestamp_column = args
+        .timestamp_column
+        .or_else(|| config.outbox.columns.timestamp.clone())
+        .unwrap_or_else(|| "created_at".into());
+    let opts = ReconcileOptions {
+        since: args.since,
+        until: args.until,
+        timestamp_column: timestamp_column.clone(),
+        wait: args.wait,
+        grace: args.grace,
+        topic_prefix: None,
+    };
+    let report = reconcile(config, &opts).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    if args.republish_missing && !report.missing_ids.is_empty() {
+        let stop = CancellationToken::new();
+        tokio::spawn(super::run::cancel_on_signal(stop.clone()));
+        // One replay per chunk: each id list fits one statement.
+        for ids in report.missing_ids.chunks(5_000) {
+            let opts = ReplayOptions {
+                selection: Selection {
+                    event_ids: ids.to_vec(),
+                    timestamp_column: timestamp_column.clone(),
+                    ..Default::default()
+                },
+                rate: args.rate,
+                reason: args.reason.clone().unwrap_or_default(),
+                by: args.by.clone().unwrap_or_else(os_user),
+                action: "republish",
+                dry_run: false,
+            };
+            let done = replay(config, &opts, &stop, |_| {}).await?;
+            eprintln!(
+                "{}: republished {} missing event(s) with their original ids ({})",
+                done.audit.id, done.audit.count, done.audit.outcome
+            );
+            if stop.is_cancelled() {
+                break;
+            }
+        }
+    }
+    Ok(if report.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn print_report(r: &ReconcileReport) {
+    println!(
+        "window {} – {} (unix s); rows read at binlog {}, checkpoint {}{}",
+        r.since,
+        r.until,
+        r.snapshot,
+        r.checkpoint,
+        if r.proven {
+            " (past it: not found means lost)"
+        } else {
+            " (NOT past it: rows near the checkpoint count as in flight)"
+        }
+    );
+    println!(
+        "{:<40} {:>9} {:>9} {:>8} {:>9} {:>6} {:>9} {:>12}",
+        "topic", "expected", "found", "missing", "in-flight", "dup", "misrouted", "not-in-table"
+    );
+    for (topic, c) in &r.topics {
+        println!(
+            "{:<40} {:>9} {:>9} {:>8} {:>9} {:>6} {:>9} {:>12}",
+            topic,
+            c.expected,
+            c.found_once,
+            c.missing,
+            c.in_flight,
+            c.duplicated,
+            c.misrouted,
+            c.not_in_table
+        );
+    }
+    for (what, ids) in [
+        ("missing", &r.missing_ids),
+        ("misrouted", &r.misrouted_ids),
+        ("duplicated", &r.duplicated_ids),
+        ("not in the table", &r.not_in_table_ids),
+    ] {
+        if !ids.is_empty() {
+            let more = ids.len().saturating_sub(PRINTED_IDS);
+            let shown: Vec<&str> = ids.iter().take(PRINTED_IDS).map(String::as_str).collect();
+            let tail = if more > 0 {
+                format!(" … and {more} more (--json lists them)")
+            } else {
+                String::new()
+            };
+            println!("{what}: {}{tail}", shown.join(", "));
+        }
+    }
+    println!(
+        "{}",
+        if r.is_clean() {
+            "ok: nothing missing, nothing misrouted"
+        } else {
+            "NOT OK: events are missing or misrouted"
+        }
+    );
+}

@@ -1,0 +1,416 @@
+//! `reconcile`: prove what reached Kafka. The outbox rows of a time window, read in one
+//! consistent snapshot and mapped and routed exactly as the router does, are compared
+//! by event id with what the routed topics hold from that time on (ListOffsets by
+//! timestamp, then every record to the end), not with the router's own bookkeeping.
+//!
+//! The snapshot's binlog position makes "missing" exact: once the durable checkpoint is
+//! at or past it, every row in the snapshot was acknowledged by Kafka, so a row not
+//! found is lost, not late. When the checkpoint does not get there within `wait`,
+//! rows written after the checkpoint's commit time (minus a grace) count as in flight.
+//!
+//! Memory is per event of the window, not per byte: a 128-bit hash of its id, a
+//! fingerprint of its key and value, its topic and counts (about 64 bytes with the map's
+//! overhead); ids are read again from the table only for the events to be listed.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use rdkafka::message::{Headers, Message};
+use serde::Serialize;
+
+use super::OpsError;
+use crate::checkpoint::{Checkpoint, CheckpointStore};
+use crate::config::Config;
+use crate::pipeline::table::{republish, TableRows};
+use crate::position::Position;
+use crate::route::Record;
+use crate::sink::Sink;
+use crate::source::snapshot::RowFilter;
+use crate::source::{self, server};
+
+/// Ids listed per kind in a report (all of them are counted); `--republish-missing`
+/// sends at most this many per run.
+pub const LISTED_IDS: usize = 100_000;
+
+/// The window and how to judge it.
+#[derive(Debug, Clone)]
+pub struct ReconcileOptions {
+    /// Rows written at or after this unix time.
+    pub since: i64,
+    /// Rows written before this unix time (default: now).
+    pub until: Option<i64>,
+    /// DATETIME/TIMESTAMP column the window is on.
+    pub timestamp_column: String,
+    /// How long to wait for the durable checkpoint to pass the snapshot.
+    pub wait: Duration,
+    /// Unproven rows written this close to the checkpoint's commit time are in flight.
+    pub grace: Duration,
+    /// Compare with the routed topics' names under this prefix (`run --shadow`'s).
+    pub topic_prefix: Option<String>,
+}
+
+/// One topic's counts.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TopicCounts {
+    /// Rows in the window routed to this topic.
+    pub expected: u64,
+    /// Found exactly once, as routed.
+    pub found_once: u64,
+    /// Not found, and provably delivered if they were (the checkpoint is past them).
+    pub missing: u64,
+    /// Not found yet, not provably late either.
+    pub in_flight: u64,
+    /// Found more than once (same id): allowed by at-least-once, counted.
+    pub duplicated: u64,
+    /// Found with another topic, key or payload than the row routes to.
+    pub misrouted: u64,
+    /// Records in the window whose event id is in no outbox row (pruned, or not ours).
+    pub not_in_table: u64,
+}
+
+/// What reconcile found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReconcileReport {
+    /// The window (unix seconds).
+    pub since: i64,
+    /// End of the window (unix seconds).
+    pub until: i64,
+    /// Binlog position of the snapshot the rows were read in.
+    pub snapshot: String,
+    /// The durable checkpoint compared with it.
+    pub checkpoint: String,
+    /// True when the checkpoint was at or past the snapshot: "missing" is exact.
+    pub proven: bool,
+    /// Per topic (as routed; the shadow topic's name when comparing with one).
+    pub topics: BTreeMap<String, TopicCounts>,
+    /// Records read from Kafka.
+    pub records_scanned: u64,
+    /// Missing event ids (up to `LISTED_IDS`).
+    pub missing_ids: Vec<String>,
+    /// Misrouted event ids (up to `LISTED_IDS`).
+    pub misrouted_ids: Vec<String>,
+    /// Duplicated event ids (up to `LISTED_IDS`).
+    pub duplicated_ids: Vec<String>,
+    /// Event ids not in the table (up to `LISTED_IDS`).
+    pub not_in_table_ids: Vec<String>,
+}
+
+impl ReconcileReport {
+    /// Nothing missing and nothing misrouted.
+    pub fn is_clean(&self) -> bool {
+        self.topics
+            .values()
+            .all(|t| t.missing == 0 && t.misrouted == 0)
+    }
+
+    /// Total missing.
+    pub fn missing(&self) -> u64 {
+        self.topics.values().map(|t| t.missing).sum()
+    }
+}
+
+/// An id as the map keeps it.
+type IdHash = u128;
+
+fn id_hash(id: &[u8]) -> IdHash {
+    let half = |salt: u8| {
+        let mut h = DefaultHasher::new();
+        salt.hash(&mut h);
+        id.hash(&mut h);
+        h.finish()
+    };
+    (u128::from(half(1)) << 64) | u128::from(half(2))
+}
+
+fn fingerprint(key: &[u8], value: Option<&[u8]>) -> u64 {
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    value.hash(&mut h);
+    h.finish()
+}
+
+/// What the table says one event should look like, and what Kafka showed.
+struct Expected {
+    topic: u32,
+    /// Key and value; `None` for a dead letter (its value names a binlog position the
+    /// table read cannot know): only topic and key are compared.
+    fingerprint: Option<u64>,
+    key: u64,
+    seen: u32,
+    wrong: u32,
+}
+
+/// The window's events, as routed.
+#[derive(Default)]
+struct Window {
+    events: HashMap<IdHash, Expected>,
+    topics: Vec<String>,
+}
+
+impl Window {
+    fn topic_index(&mut self, topic: &str) -> u32 {
+        match self.topics.iter().position(|t| t == topic) {
+            Some(i) => i as u32,
+            None => {
+                self.topics.push(topic.to_string());
+                (self.topics.len() - 1) as u32
+            }
+        }
+    }
+}
+
+/// Compares the window's rows with the topics; see the module doc.
+pub async fn reconcile(
+    config: &Config,
+    opts: &ReconcileOptions,
+) -> Result<ReconcileReport, OpsError> {
+    let mut conn = source::connect(&config.source).await?;
+    let until = match opts.until {
+        Some(u) => u,
+        None => server::now_ms(&mut conn).await? / 1000 + 1,
+    };
+    let filter = RowFilter::default()
+        .since(&opts.timestamp_column, opts.since)
+        .until(&opts.timestamp_column, until);
+    let dead_letters = config.outbox.dead_letter_topic.as_str();
+    let shadow = |topic: &str| -> String {
+        format!("{}{topic}", opts.topic_prefix.as_deref().unwrap_or(""))
+    };
+
+    // The rows, in one snapshot.
+    let snapshot = server::consistent_snapshot(&mut conn)
+        .await?
+        .ok_or(OpsError::SnapshotUnsupported)?;
+    let mut window = Window::default();
+    let mut row_time_ms: HashMap<IdHash, i64> = HashMap::new();
+    let rows = TableRows::new(filter.clone(), &snapshot);
+    let read = republish(config, &mut conn, &rows, &Sink::Null, |r: &Record| {
+        let topic = window.topic_index(&shadow(&r.topic));
+        let id = id_hash(&r.event.id.0);
+        let value = (&*r.topic != dead_letters).then(|| fingerprint(&r.key, r.value.as_deref()));
+        window.events.insert(
+            id,
+            Expected {
+                topic,
+                fingerprint: value,
+                key: fingerprint(&r.key, None),
+                seen: 0,
+                wrong: 0,
+            },
+        );
+        row_time_ms.insert(id, r.timestamp_ms);
+    })
+    .await;
+    let _ = conn.query_drop("COMMIT").await;
+    read.map_err(|e| OpsError::Pipeline(Box::new(e)))?;
+
+    // Every row in the snapshot is acknowledged once the checkpoint is past it.
+    let checkpoint = wait_for_checkpoint(config, &snapshot, opts.wait).await?;
+    let proven = checkpoint
+        .position
+        .partial_cmp(&snapshot)
+        .is_some_and(|o| o.is_ge());
+
+    let mut report = ReconcileReport {
+        since: opts.since,
+        until,
+        snapshot: snapshot.file_offset(),
+        checkpoint: checkpoint.position.file_offset(),
+        proven,
+        ..Default::default()
+    };
+    // Records carry their commit time (or the row's time): never before the row's.
+    let since_ms = opts.since * 1000;
+    let header = config.route.event_id_header.as_bytes();
+    let mut strangers: Vec<(u32, Vec<u8>)> = Vec::new();
+    let topics = window.topics.clone();
+    for (t, topic) in topics.iter().enumerate() {
+        let t = t as u32;
+        let scanned = crate::sink::scan(&config.kafka, topic, since_ms, |m| {
+            let Some(id) = m
+                .headers()
+                .and_then(|h| h.iter().find(|h| h.key.as_bytes() == header))
+                .and_then(|h| h.value)
+            else {
+                return;
+            };
+            let key = m.key().unwrap_or_default();
+            match window.events.get_mut(&id_hash(id)) {
+                Some(e) => {
+                    let same = e.topic == t
+                        && match e.fingerprint {
+                            Some(f) => f == fingerprint(key, m.payload()),
+                            None => e.key == fingerprint(key, None),
+                        };
+                    if same {
+                        e.seen += 1;
+                    } else {
+                        e.wrong += 1;
+                    }
+                }
+                None => {
+                    let in_window = m
+                        .timestamp()
+                        .to_millis()
+                        .is_some_and(|ts| ts < until * 1000);
+                    if in_window && strangers.len() < LISTED_IDS {
+                        strangers.push((t, id.to_vec()));
+                    }
+                }
+            }
+        })
+        .map_err(OpsError::Sink)?;
+        report.records_scanned += scanned.records;
+    }
+
+    // Count, then name: ids are read again from the table for the ones to list.
+    let in_flight_from_ms = checkpoint.commit_time_ms - opts.grace.as_millis() as i64;
+    let mut kinds: HashMap<IdHash, Kind> = HashMap::new();
+    for (id, e) in &window.events {
+        let counts = report
+            .topics
+            .entry(window.topics[e.topic as usize].clone())
+            .or_default();
+        counts.expected += 1;
+        let kind = match (e.seen, e.wrong) {
+            (0, 0) if !proven && row_time_ms[id] >= in_flight_from_ms => {
+                counts.in_flight += 1;
+                continue;
+            }
+            (0, 0) => {
+                counts.missing += 1;
+                Kind::Missing
+            }
+            (_, w) if w > 0 => {
+                counts.misrouted += 1;
+                Kind::Misrouted
+            }
+            (1, _) => {
+                counts.found_once += 1;
+                continue;
+            }
+            _ => {
+                counts.duplicated += 1;
+                Kind::Duplicated
+            }
+        };
+        kinds.insert(*id, kind);
+    }
+    if !kinds.is_empty() {
+        name_ids(config, &filter, &snapshot, &kinds, &mut report).await?;
+    }
+    let not_in_table = not_in_table(config, &strangers).await?;
+    for (t, id) in not_in_table {
+        report
+            .topics
+            .entry(window.topics[t as usize].clone())
+            .or_default()
+            .not_in_table += 1;
+        if report.not_in_table_ids.len() < LISTED_IDS {
+            report
+                .not_in_table_ids
+                .push(crate::outbox::EventId(id).to_string());
+        }
+    }
+    Ok(report)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Missing,
+    Misrouted,
+    Duplicated,
+}
+
+/// The durable checkpoint, once at or past `snapshot` or after `wait`.
+async fn wait_for_checkpoint(
+    config: &Config,
+    snapshot: &Position,
+    wait: Duration,
+) -> Result<Checkpoint, OpsError> {
+    let dir = &config.checkpoint.dir;
+    let started = Instant::now();
+    loop {
+        let checkpoint = CheckpointStore::peek(dir)?.ok_or_else(|| OpsError::NoCheckpoint {
+            dir: dir.display().to_string(),
+        })?;
+        let past = checkpoint
+            .position
+            .partial_cmp(snapshot)
+            .is_some_and(|o| o.is_ge());
+        if past || started.elapsed() >= wait {
+            return Ok(checkpoint);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Fills the report's id lists by reading the window's rows again.
+async fn name_ids(
+    config: &Config,
+    filter: &RowFilter,
+    snapshot: &Position,
+    kinds: &HashMap<IdHash, Kind>,
+    report: &mut ReconcileReport,
+) -> Result<(), OpsError> {
+    let mut conn = source::connect(&config.source).await?;
+    let rows = TableRows::new(filter.clone(), snapshot);
+    republish(config, &mut conn, &rows, &Sink::Null, |r| {
+        let list = match kinds.get(&id_hash(&r.event.id.0)) {
+            Some(Kind::Missing) => &mut report.missing_ids,
+            Some(Kind::Misrouted) => &mut report.misrouted_ids,
+            Some(Kind::Duplicated) => &mut report.duplicated_ids,
+            None => return,
+        };
+        if list.len() < LISTED_IDS {
+            list.push(r.event.id.to_string());
+        }
+    })
+    .await
+    .map_err(|e| OpsError::Pipeline(Box::new(e)))?;
+    Ok(())
+}
+
+/// Of records whose id is not in the window, those whose id is in no outbox row at all
+/// (a row written just before the window commits in it: that one is not a stranger).
+async fn not_in_table(
+    config: &Config,
+    strangers: &[(u32, Vec<u8>)],
+) -> Result<Vec<(u32, Vec<u8>)>, OpsError> {
+    if strangers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut conn = source::connect(&config.source).await?;
+    let column = &config.outbox.columns.event_id;
+    let tables = server::matching_tables(&mut conn, &config.table_patterns()).await?;
+    let quote = |s: &str| format!("`{}`", s.replace('`', "``"));
+    let mut known = std::collections::HashSet::new();
+    for chunk in strangers.chunks(1000) {
+        let ids: Vec<mysql_async::Value> = chunk.iter().map(|(_, id)| id.clone().into()).collect();
+        for table in &tables {
+            let sql = format!(
+                "SELECT {c} FROM {d}.{t} WHERE {c} IN ({marks})",
+                c = quote(column),
+                d = quote(&table.database),
+                t = quote(&table.table),
+                marks = vec!["?"; ids.len()].join(", ")
+            );
+            let found: Vec<Vec<u8>> =
+                conn.exec(sql, ids.clone())
+                    .await
+                    .map_err(|source| source::SourceError::Query {
+                        query: "SELECT event ids not in the window",
+                        source,
+                    })?;
+            known.extend(found);
+        }
+    }
+    Ok(strangers
+        .iter()
+        .filter(|(_, id)| !known.contains(id))
+        .cloned()
+        .collect())
+}
