@@ -177,6 +177,23 @@ impl Config {
     }
 
     /// The event rules: Debezium options when given, else the native columns and topic.
+    /// The same router as a shadow (`run --shadow`): every topic, dead letters included,
+    /// under `route.shadow_prefix`; its own checkpoint store (`<checkpoint.dir>-shadow`)
+    /// and transactional id, so the live router later starts from nothing of the
+    /// shadow's and the shadow's progress never moves the live one.
+    pub fn into_shadow(mut self) -> Self {
+        let prefix = self.route.shadow_prefix.clone();
+        self.route.shadow = true;
+        self.outbox.dead_letter_topic.insert_str(0, &prefix);
+        let mut dir = self.checkpoint.dir.clone().into_os_string();
+        dir.push("-shadow");
+        self.checkpoint.dir = dir.into();
+        if !self.delivery.transactional_id.is_empty() {
+            self.delivery.transactional_id.push_str("-shadow");
+        }
+        self
+    }
+
     pub fn rules(&self) -> Result<crate::outbox::Rules, String> {
         match &self.outbox.event_router {
             Some(options) => crate::outbox::Rules::from_debezium(options)
@@ -223,5 +240,27 @@ dir = "/tmp/x"
     #[test]
     fn secret_is_not_printed() {
         assert_eq!(format!("{:?}", Secret::new("hunter2")), "***");
+    }
+
+    #[test]
+    fn snapshot_is_a_name_or_a_watermark() {
+        use crate::source::SnapshotMode;
+        let with = |snapshot: &str| {
+            let text = MINIMAL.replace(
+                "server_id = 7",
+                &format!("server_id = 7\nsnapshot = {snapshot}"),
+            );
+            Config::parse(&text, Path::new("t.toml")).map(|c| c.source.snapshot)
+        };
+        assert_eq!(with("\"initial\"").unwrap(), SnapshotMode::Initial);
+        assert_eq!(
+            with("{ watermark = \"id > 1234567\" }").unwrap(),
+            SnapshotMode::Watermark("id > 1234567".into())
+        );
+        assert!(with("\"sometimes\"")
+            .unwrap_err()
+            .to_string()
+            .contains("watermark"));
+        assert!(with("{ watermark = \" \" }").is_err());
     }
 }

@@ -44,6 +44,11 @@ pub(crate) enum Command {
         /// it a missing store is an error: a lost volume must not start over silently.
         #[arg(long)]
         init: bool,
+        /// Shadow mode: publish to the topics under route.shadow_prefix, with a checkpoint
+        /// store of its own (<checkpoint.dir>-shadow), beside a polling relay that still
+        /// publishes the live ones; compare with `reconcile --against-shadow`.
+        #[arg(long)]
+        shadow: bool,
     },
     /// Check server settings, privileges, outbox columns and Kafka; exit 1 on any problem.
     Validate,
@@ -244,6 +249,10 @@ pub(crate) struct ReplayArgs {
     /// Rows written before this time.
     #[arg(long, value_parser = parse_time)]
     pub(crate) until: Option<i64>,
+    /// Rows past the handover watermark (source.snapshot.watermark): the back-out to a
+    /// polling relay re-publishes what the router published since the cutover.
+    #[arg(long)]
+    pub(crate) since_watermark: bool,
     /// DATETIME/TIMESTAMP column --since / --until are on
     /// [default: outbox.columns.timestamp, else created_at].
     #[arg(long)]
@@ -285,6 +294,10 @@ pub(crate) struct ReconcileArgs {
     /// in flight, not missing.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     pub(crate) grace: std::time::Duration,
+    /// Compare both channels of a handover: the live topics (a polling relay's) and the
+    /// shadow topics (`run --shadow`'s, with its checkpoint); report what either missed.
+    #[arg(long, conflicts_with = "republish_missing")]
+    pub(crate) against_shadow: bool,
     /// Send the missing events again with their original ids (throttled, audited).
     #[arg(long, requires = "reason")]
     pub(crate) republish_missing: bool,

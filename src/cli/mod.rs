@@ -46,7 +46,12 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<ExitCode> {
     }
     let config = Config::load(&cli.config)?;
     match cli.command {
-        Command::Run { sink, init } => run::run(&config, sink, init).await,
+        Command::Run {
+            sink,
+            init,
+            shadow: true,
+        } => run::run(&config.into_shadow(), sink, init).await,
+        Command::Run { sink, init, .. } => run::run(&config, sink, init).await,
         Command::ImportDebezium {
             file,
             offsets: Some(store),
@@ -62,7 +67,7 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Prune(args) => prune::run(&config, args).await,
         Command::Replay(args) => replay::run(&config, args).await,
         Command::Audit { json } => audit::run(&config, json),
-        Command::Reconcile(args) => reconcile::run(&config, args).await,
+        Command::Reconcile(args) => reconcile::run(&cli.config, config, args).await,
         Command::Checkpoint { action } => checkpoint::run(&config, action),
     }
 }

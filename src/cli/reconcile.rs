@@ -1,5 +1,6 @@
 //! `reconcile`: what reached Kafka, by event id; optionally send what is missing.
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -15,7 +16,7 @@ use outbox_router::ops::replay::{replay, ReplayOptions, Selection};
 const PRINTED_IDS: usize = 20;
 
 /// Reconciles, prints, republishes when asked; exit 1 when anything is missing or misrouted.
-pub(super) async fn run(config: &Config, args: ReconcileArgs) -> Result<ExitCode> {
+pub(super) async fn run(path: &Path, config: Config, args: ReconcileArgs) -> Result<ExitCode> {
     let timestamp_column = args
         .timestamp_column
         .or_else(|| config.outbox.columns.timestamp.clone())
@@ -26,8 +27,12 @@ pub(super) async fn run(config: &Config, args: ReconcileArgs) -> Result<ExitCode
         timestamp_column: timestamp_column.clone(),
         wait: args.wait,
         grace: args.grace,
-        topic_prefix: None,
+        by_checkpoint: true,
     };
+    if args.against_shadow {
+        return both_channels(path, &config, opts, args.json).await;
+    }
+    let config = &config;
     let report = reconcile(config, &opts).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -62,6 +67,34 @@ pub(super) async fn run(config: &Config, args: ReconcileArgs) -> Result<ExitCode
         }
     }
     Ok(if report.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// A handover's two channels: the live topics a polling relay fills (judged by age), and
+/// the shadow router's (judged by its checkpoint).
+async fn both_channels(
+    path: &Path,
+    config: &Config,
+    mut opts: ReconcileOptions,
+    json: bool,
+) -> Result<ExitCode> {
+    let shadow_config = Config::load(path)?.into_shadow();
+    let shadow = reconcile(&shadow_config, &opts).await?;
+    opts.by_checkpoint = false;
+    let live = reconcile(config, &opts).await?;
+    if json {
+        let both = serde_json::json!({ "live": live, "shadow": shadow });
+        println!("{}", serde_json::to_string_pretty(&both)?);
+    } else {
+        println!("== live topics (the polling relay's), judged by age ==");
+        print_report(&live);
+        println!("== shadow topics (the router's), judged by its checkpoint ==");
+        print_report(&shadow);
+    }
+    Ok(if live.is_clean() && shadow.is_clean() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -9,9 +9,15 @@ use super::args::ReplayArgs;
 use outbox_router::config::Config;
 use outbox_router::ops::audit::os_user;
 use outbox_router::ops::replay::{replay, ReplayOptions, Selection};
+use outbox_router::source::SnapshotMode;
 
 /// Replays (or, dry, lists) and prints the audit entry.
 pub(super) async fn run(config: &Config, args: ReplayArgs) -> Result<ExitCode> {
+    let condition = match (&config.source.snapshot, args.since_watermark) {
+        (_, false) => None,
+        (SnapshotMode::Watermark(w), true) => Some(w.clone()),
+        (_, true) => anyhow::bail!("--since-watermark: source.snapshot has no watermark (set source.snapshot = {{ watermark = \"…\" }}, the condition the handover used)"),
+    };
     let selection = Selection {
         event_ids: args.event_ids,
         aggregate_id: args.aggregate_id,
@@ -19,7 +25,7 @@ pub(super) async fn run(config: &Config, args: ReplayArgs) -> Result<ExitCode> {
         id_range: args.id_range,
         since: args.since,
         until: args.until,
-        condition: None,
+        condition,
         timestamp_column: args
             .timestamp_column
             .or_else(|| config.outbox.columns.timestamp.clone())

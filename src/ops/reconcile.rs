@@ -48,8 +48,10 @@ pub struct ReconcileOptions {
     pub wait: Duration,
     /// Unproven rows written this close to the checkpoint's commit time are in flight.
     pub grace: Duration,
-    /// Compare with the routed topics' names under this prefix (`run --shadow`'s).
-    pub topic_prefix: Option<String>,
+    /// Judge by the router's checkpoint (`true`), or — for topics another publisher
+    /// fills, such as a polling relay's — by age alone: rows younger than `grace` are in
+    /// flight.
+    pub by_checkpoint: bool,
 }
 
 /// One topic's counts.
@@ -80,7 +82,7 @@ pub struct ReconcileReport {
     pub until: i64,
     /// Binlog position of the snapshot the rows were read in.
     pub snapshot: String,
-    /// The durable checkpoint compared with it.
+    /// The durable checkpoint compared with it (`-` when judged by age).
     pub checkpoint: String,
     /// True when the checkpoint was at or past the snapshot: "missing" is exact.
     pub proven: bool,
@@ -176,9 +178,6 @@ pub async fn reconcile(
         .since(&opts.timestamp_column, opts.since)
         .until(&opts.timestamp_column, until);
     let dead_letters = config.outbox.dead_letter_topic.as_str();
-    let shadow = |topic: &str| -> String {
-        format!("{}{topic}", opts.topic_prefix.as_deref().unwrap_or(""))
-    };
 
     // The rows, in one snapshot.
     let snapshot = server::consistent_snapshot(&mut conn)
@@ -188,7 +187,7 @@ pub async fn reconcile(
     let mut row_time_ms: HashMap<IdHash, i64> = HashMap::new();
     let rows = TableRows::new(filter.clone(), &snapshot);
     let read = republish(config, &mut conn, &rows, &Sink::Null, |r: &Record| {
-        let topic = window.topic_index(&shadow(&r.topic));
+        let topic = window.topic_index(&r.topic);
         let id = id_hash(&r.event.id.0);
         let value = (&*r.topic != dead_letters).then(|| fingerprint(&r.key, r.value.as_deref()));
         window.events.insert(
@@ -208,17 +207,27 @@ pub async fn reconcile(
     read.map_err(|e| OpsError::Pipeline(Box::new(e)))?;
 
     // Every row in the snapshot is acknowledged once the checkpoint is past it.
-    let checkpoint = wait_for_checkpoint(config, &snapshot, opts.wait).await?;
-    let proven = checkpoint
-        .position
-        .partial_cmp(&snapshot)
-        .is_some_and(|o| o.is_ge());
+    let (checkpoint, in_flight_from_ms) = if opts.by_checkpoint {
+        let cp = wait_for_checkpoint(config, &snapshot, opts.wait).await?;
+        let from = cp.commit_time_ms - opts.grace.as_millis() as i64;
+        (Some(cp), from)
+    } else {
+        let now = server::now_ms(&mut conn).await?;
+        (None, now - opts.grace.as_millis() as i64)
+    };
+    let proven = checkpoint.as_ref().is_some_and(|cp| {
+        cp.position
+            .partial_cmp(&snapshot)
+            .is_some_and(|o| o.is_ge())
+    });
 
     let mut report = ReconcileReport {
         since: opts.since,
         until,
         snapshot: snapshot.file_offset(),
-        checkpoint: checkpoint.position.file_offset(),
+        checkpoint: checkpoint
+            .as_ref()
+            .map_or_else(|| "-".into(), |cp| cp.position.file_offset()),
         proven,
         ..Default::default()
     };
@@ -267,7 +276,6 @@ pub async fn reconcile(
     }
 
     // Count, then name: ids are read again from the table for the ones to list.
-    let in_flight_from_ms = checkpoint.commit_time_ms - opts.grace.as_millis() as i64;
     let mut kinds: HashMap<IdHash, Kind> = HashMap::new();
     for (id, e) in &window.events {
         let counts = report

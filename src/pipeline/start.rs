@@ -49,16 +49,14 @@ pub(super) async fn start_position(
     // retention runway computed from it are never understated. A given or earliest
     // position has no known time (0) until its first transaction is acknowledged.
     let taken_at = server::now_ms(conn).await?;
-    let (position, commit_time_ms) = match (&config.source.snapshot, &config.source.start) {
-        (SnapshotMode::Initial, _) => (
-            super::table::initial_snapshot(config, sink).await?,
+    let (position, commit_time_ms) = match (config.source.snapshot.rows(), &config.source.start) {
+        (Some(rows), _) => (
+            super::table::initial_snapshot(config, rows, sink).await?,
             taken_at,
         ),
-        (SnapshotMode::Never, StartFrom::Latest) => {
-            (server::current_position(conn, flavor).await?, taken_at)
-        }
-        (SnapshotMode::Never, StartFrom::Earliest) => (server::earliest_position(conn).await?, 0),
-        (SnapshotMode::Never, StartFrom::At(p)) => (p.clone(), 0),
+        (None, StartFrom::Latest) => (server::current_position(conn, flavor).await?, taken_at),
+        (None, StartFrom::Earliest) => (server::earliest_position(conn).await?, 0),
+        (None, StartFrom::At(p)) => (p.clone(), 0),
     };
     let checkpoint = Checkpoint::new(position.clone(), commit_time_ms);
     store.save(&checkpoint)?;

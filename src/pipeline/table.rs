@@ -134,15 +134,20 @@ pub(crate) async fn republish(
     Ok(events)
 }
 
-/// The initial snapshot: every outbox row as of one consistent snapshot, published, and
-/// the binlog position that snapshot corresponds to, where streaming continues.
-pub async fn initial_snapshot(config: &Config, sink: &Sink) -> Result<Position, PipelineError> {
+/// The initial snapshot: every outbox row `rows` passes (all, or those past a watermark)
+/// as of one consistent snapshot, published, and the binlog position that snapshot
+/// corresponds to, where streaming continues.
+pub async fn initial_snapshot(
+    config: &Config,
+    rows: source::snapshot::RowFilter,
+    sink: &Sink,
+) -> Result<Position, PipelineError> {
     use mysql_async::prelude::Queryable;
     let mut conn = source::connect(&config.source).await?;
     let position = server::consistent_snapshot(&mut conn)
         .await?
         .ok_or(PipelineError::SnapshotUnsupported)?;
-    let rows = TableRows::new(Default::default(), &position);
+    let rows = TableRows::new(rows, &position);
     let events = republish(config, &mut conn, &rows, sink, |_| {}).await?;
     conn.query_drop("COMMIT")
         .await

@@ -88,6 +88,13 @@ pub struct RouteConfig {
     /// Header that carries the event id.
     #[serde(default = "default_event_id_header")]
     pub event_id_header: String,
+    /// Prefix of every topic under `run --shadow` (dead letters too), so a router can
+    /// publish beside a polling relay without touching the live topics.
+    #[serde(default = "default_shadow_prefix")]
+    pub shadow_prefix: String,
+    /// Set by `run --shadow` (and `reconcile --against-shadow`), never in the file.
+    #[serde(skip)]
+    pub shadow: bool,
 }
 
 impl Default for RouteConfig {
@@ -95,8 +102,14 @@ impl Default for RouteConfig {
         Self {
             topic: default_topic(),
             event_id_header: default_event_id_header(),
+            shadow_prefix: default_shadow_prefix(),
+            shadow: false,
         }
     }
+}
+
+fn default_shadow_prefix() -> String {
+    "shadow.".into()
 }
 
 fn default_topic() -> String {

@@ -114,6 +114,8 @@ pub struct Router {
     avro: Option<SharedAvro>,
     /// Topic per route value, so the regex runs once per aggregate type, not per event.
     topics: Arc<Mutex<HashMap<String, Arc<str>>>>,
+    /// Put before every topic (`run --shadow`); empty otherwise.
+    topic_prefix: String,
 }
 
 /// Route values remembered with their topic; past this the regex runs for new ones.
@@ -129,6 +131,10 @@ impl Router {
             max_record_bytes,
             avro: None,
             topics: Arc::default(),
+            topic_prefix: match cfg.shadow {
+                true => cfg.shadow_prefix.clone(),
+                false => String::new(),
+            },
         }
     }
 
@@ -204,7 +210,10 @@ impl Router {
         if let Some(topic) = cache.get(route_value) {
             return Ok(topic.clone());
         }
-        let topic = self.rules.topic(route_value);
+        let mut topic = self.rules.topic(route_value);
+        if !self.topic_prefix.is_empty() {
+            topic.insert_str(0, &self.topic_prefix);
+        }
         check_topic(&topic)?;
         let topic: Arc<str> = topic.into();
         if cache.len() < TOPIC_CACHE_ENTRIES {

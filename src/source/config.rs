@@ -57,8 +57,9 @@ pub struct SourceConfig {
     #[serde(default)]
     pub resume_by: ResumeBy,
     /// With no checkpoint yet: `never` (rows already in the outbox were someone else's
-    /// job) or `initial` (publish them from one consistent snapshot, then stream from
-    /// exactly that position; MariaDB).
+    /// job), `initial` (publish them from one consistent snapshot, then stream from
+    /// exactly that position; MariaDB), or `{ watermark = "id > 1234567" }` (the same
+    /// for the rows past a polling relay's handover watermark).
     #[serde(default)]
     pub snapshot: SnapshotMode,
     /// Columns that order rows read from the table (snapshot, `recover`), so each
@@ -69,14 +70,51 @@ pub struct SourceConfig {
 }
 
 /// What happens to rows already in the outbox on the very first start.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum SnapshotMode {
     /// Start streaming at `start`; existing rows are not published.
     #[default]
     Never,
     /// Publish existing rows from a consistent snapshot, then stream from its position.
     Initial,
+    /// Publish the existing rows matching this SQL condition (a polling relay's handover
+    /// watermark, e.g. `id > 1234567`) from a consistent snapshot, then stream from its
+    /// position.
+    Watermark(String),
+}
+
+impl SnapshotMode {
+    /// The rows a first start publishes from the table, if any: `None` for `never`.
+    pub fn rows(&self) -> Option<super::snapshot::RowFilter> {
+        match self {
+            SnapshotMode::Never => None,
+            SnapshotMode::Initial => Some(Default::default()),
+            SnapshotMode::Watermark(w) => Some(super::snapshot::RowFilter::default().condition(w)),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SnapshotMode {
+    /// `"never"`, `"initial"`, or `{ watermark = "SQL condition" }`.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Name(String),
+            Table { watermark: String },
+        }
+        match Raw::deserialize(d)? {
+            Raw::Name(n) if n == "never" => Ok(SnapshotMode::Never),
+            Raw::Name(n) if n == "initial" => Ok(SnapshotMode::Initial),
+            Raw::Name(n) => Err(serde::de::Error::custom(format!(
+                "source.snapshot {n:?}: expected \"never\", \"initial\" or {{ watermark = \"SQL condition\" }}"
+            ))),
+            Raw::Table { watermark } if watermark.trim().is_empty() => Err(
+                serde::de::Error::custom("source.snapshot.watermark is empty"),
+            ),
+            Raw::Table { watermark } => Ok(SnapshotMode::Watermark(watermark)),
+        }
+    }
 }
 
 /// How the stream is resumed from a checkpoint.

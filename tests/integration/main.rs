@@ -14,6 +14,7 @@ mod event_router;
 mod exactly_once;
 mod failover;
 mod fresh_broker;
+mod handover;
 mod import;
 mod large;
 mod ops;

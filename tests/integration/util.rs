@@ -427,6 +427,11 @@ interval_secs = 1
 
     /// Starts the router with extra environment variables (e.g. FAILPOINTS).
     pub fn start_router_env(&self, env: &[(&str, &str)]) -> RouterProcess {
+        self.start_router_with(env, &[])
+    }
+
+    /// Starts `run` with extra environment variables and flags (e.g. `--shadow --init`).
+    pub fn start_router_with(&self, env: &[(&str, &str)], run_args: &[&str]) -> RouterProcess {
         // A first start is explicit, as in production (builds from before `checkpoint
         // init`, under IT_ROUTER_BIN, created the store themselves).
         let older_build = std::env::var_os("IT_ROUTER_BIN").is_some();
@@ -446,6 +451,7 @@ interval_secs = 1
             .arg("--config")
             .arg(self.config_path())
             .arg("run")
+            .args(run_args)
             .envs(env.iter().copied())
             .env("IT_CDC_PASSWORD", "cdc-secret")
             .env(
