@@ -198,6 +198,16 @@ pub fn import(config: &BTreeMap<String, String>) -> Imported {
     }
     let mut router_toml = String::new();
     for (k, v) in &router {
+        if matches!(
+            k.as_str(),
+            "tracing.operation.name" | "tracing.with.context.field.only"
+        ) {
+            unmapped.push((
+                format!("transforms.*.{k}"),
+                "spans are not created (the trace context column is propagated as traceparent / tracestate headers)".into(),
+            ));
+            continue;
+        }
         let mut one = BTreeMap::new();
         one.insert(k.clone(), v.clone());
         match crate::outbox::Rules::from_debezium(&one) {
@@ -291,6 +301,35 @@ pub fn import(config: &BTreeMap<String, String>) -> Imported {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tracing_options_carry_the_context_column_and_name_what_has_no_effect() {
+        let config: BTreeMap<String, String> = [
+            ("transforms", "outbox"),
+            (
+                "transforms.outbox.type",
+                "io.debezium.transforms.outbox.EventRouter",
+            ),
+            ("transforms.outbox.tracing.span.context.field", "trace_ctx"),
+            ("transforms.outbox.tracing.operation.name", "outbox-read"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let imported = import(&config);
+        assert!(
+            imported
+                .toml
+                .contains("\"tracing.span.context.field\" = \"trace_ctx\""),
+            "{}",
+            imported.toml
+        );
+        assert!(!imported.toml.contains("tracing.operation.name"));
+        assert!(imported
+            .unmapped
+            .iter()
+            .any(|(k, why)| k.ends_with("tracing.operation.name") && why.contains("spans")));
+    }
 
     #[test]
     fn include_list_translation() {

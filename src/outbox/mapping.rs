@@ -31,6 +31,10 @@ pub struct ColumnMapping {
     /// Optional DATETIME/TIMESTAMP column used as record timestamp (else commit time).
     #[serde(default)]
     pub timestamp: Option<String>,
+    /// Column holding a W3C trace context (`traceparent` text, or Debezium's properties
+    /// text), propagated as `traceparent` / `tracestate` headers when the table has it.
+    #[serde(default = "d_trace_context")]
+    pub trace_context: Option<String>,
 }
 
 fn d_id() -> String {
@@ -48,6 +52,9 @@ fn d_event_type() -> String {
 fn d_payload() -> String {
     "payload".into()
 }
+fn d_trace_context() -> Option<String> {
+    Some(super::rules::DEFAULT_TRACE_CONTEXT.into())
+}
 
 impl Default for ColumnMapping {
     fn default() -> Self {
@@ -58,6 +65,7 @@ impl Default for ColumnMapping {
             event_type: d_event_type(),
             payload: d_payload(),
             timestamp: None,
+            trace_context: d_trace_context(),
         }
     }
 }
@@ -245,6 +253,16 @@ impl Mapper {
                 }
             }
         }
+        if let Some(column) = &r.trace_context {
+            if let Some(v) = row.index(column).and_then(|i| row.get(i)) {
+                if let Some(text) = value::to_bytes(v).map_err(&invalid)? {
+                    match super::trace::headers(&text) {
+                        Ok(h) => headers.extend(h),
+                        Err(why) => bad_trace_context(&change.table, &id, column, &why),
+                    }
+                }
+            }
+        }
         Ok(OutboxEvent {
             table: change.table,
             position,
@@ -257,6 +275,17 @@ impl Mapper {
             envelope,
             partition,
         })
+    }
+}
+
+/// An unreadable trace context costs the event its trace headers, not its delivery:
+/// logged for the first one and every thousandth after, so a table full of them does
+/// not flood the log.
+fn bad_trace_context(table: &crate::position::TableName, id: &EventId, column: &str, why: &str) {
+    static SEEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SEEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if n % 1000 == 0 {
+        warn!(%table, event_id = %id, column, reason = why, seen = n + 1, "trace context not propagated: the event goes out without traceparent / tracestate headers");
     }
 }
 

@@ -7,6 +7,7 @@ mod event;
 mod mapping;
 mod policy;
 mod rules;
+pub mod trace;
 mod value;
 
 pub use config::OutboxConfig;

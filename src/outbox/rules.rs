@@ -71,7 +71,13 @@ pub struct Rules {
     pub topic_regex: Regex,
     /// Topic template with `${routedByValue}` (or any named / numbered group).
     pub topic_replacement: String,
+    /// Column holding a W3C trace context, propagated as `traceparent` / `tracestate`
+    /// headers when the table has it.
+    pub trace_context: Option<String>,
 }
+
+/// Debezium's `tracing.span.context.field` default, ours too.
+pub const DEFAULT_TRACE_CONTEXT: &str = "tracingspancontext";
 
 /// The regex Debezium applies by default.
 const DEFAULT_REGEX: &str = "(?<routedByValue>.*)";
@@ -102,6 +108,7 @@ impl Rules {
             on_update: OnUpdate::Warn,
             topic_regex: full_match(DEFAULT_REGEX)?,
             topic_replacement: topic.to_string(),
+            trace_context: c.trace_context.clone(),
         })
     }
 
@@ -177,6 +184,8 @@ impl Rules {
             on_update,
             topic_regex: full_match(&get("route.topic.regex", DEFAULT_REGEX))?,
             topic_replacement: get("route.topic.replacement", "outbox.event.${routedByValue}"),
+            trace_context: Some(get("tracing.span.context.field", DEFAULT_TRACE_CONTEXT))
+                .filter(|c| !c.is_empty()),
         })
     }
 
@@ -217,6 +226,10 @@ const KNOWN: &[&str] = &[
     "route.topic.regex",
     "route.topic.replacement",
     "route.tombstone.on.empty.payload",
+    "tracing.span.context.field",
+    // Accepted for configs copied from Debezium; spans are not created, so no effect.
+    "tracing.operation.name",
+    "tracing.with.context.field.only",
 ];
 
 /// Parses `col:header|envelope|partition[:alias]`, comma separated.

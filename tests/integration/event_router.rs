@@ -297,3 +297,59 @@ async fn invalid_operation_fatal_and_missing_additional_column_error() {
         "{log}"
     );
 }
+
+/// `tracing.span.context.field`: a W3C trace context in the row (bare `traceparent`, or
+/// Debezium's properties text) travels as `traceparent` / `tracestate` headers; a row
+/// without one, or with an unreadable one, still goes out, without them (and the latter
+/// is logged).
+#[tokio::test(flavor = "multi_thread")]
+async fn trace_context_column_is_propagated_as_w3c_headers() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, mut setup) = fresh("dbz_tracing").await;
+    let db = setup.db.clone();
+    debezium_table(&mut conn, &db).await;
+    conn.query_drop(format!(
+        "ALTER TABLE {db}.dbz_outbox ADD trace_ctx TEXT NULL"
+    ))
+    .await
+    .unwrap();
+    with_options(&mut setup, &[("tracing.span.context.field", "trace_ctx")]);
+    setup.start_here(&mut conn).await;
+    let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let properties = format!(
+        "#Tue Dec 01 10:00:00 UTC 2026\ntraceparent={parent}\ntracestate=rojo\\=00f067aa0ba902b7\n"
+    );
+    conn.exec_drop(
+        format!(
+            "INSERT INTO {db}.dbz_outbox (id, aggregatetype, aggregateid, type, payload, trace_ctx) VALUES
+             ('t-bare', 'Order', 'o-1', 'X', '{{}}', ?), ('t-props', 'Order', 'o-1', 'X', '{{}}', ?),
+             ('t-none', 'Order', 'o-1', 'X', '{{}}', NULL), ('t-bad', 'Order', 'o-1', 'X', '{{}}', 'not a context')"
+        ),
+        (parent, properties),
+    )
+    .await
+    .unwrap();
+    let topics = vec![setup.topic("Order")];
+    let mut router = setup.start_router();
+    let log = drain_and_stop(&mut router, &topics, 4);
+    let msgs = read_all(&topics);
+    let header = |id: &str, name: &str| {
+        let m = msgs.iter().find(|m| m.id() == id).expect(id);
+        m.headers
+            .get(name)
+            .map(|v| String::from_utf8(v.clone()).unwrap())
+    };
+    assert_eq!(header("t-bare", "traceparent").as_deref(), Some(parent));
+    assert_eq!(header("t-bare", "tracestate"), None);
+    assert_eq!(header("t-props", "traceparent").as_deref(), Some(parent));
+    assert_eq!(
+        header("t-props", "tracestate").as_deref(),
+        Some("rojo=00f067aa0ba902b7")
+    );
+    assert_eq!(header("t-none", "traceparent"), None);
+    assert_eq!(header("t-bad", "traceparent"), None);
+    assert!(
+        log.contains("trace context not propagated") && log.contains("t-bad"),
+        "{log}"
+    );
+}
