@@ -12,9 +12,8 @@ use std::time::Duration;
 
 use crate::checkpoint::{now_ms, Checkpoint, CheckpointStore};
 use crate::config::Config;
-use crate::pipeline::table::{republish, TableRows};
+use crate::pipeline::table::{republish, table_sink, TableRows};
 use crate::pipeline::PipelineError;
-use crate::sink::{KafkaSink, Sink};
 use crate::source::snapshot::RowFilter;
 use crate::source::{self, server};
 
@@ -70,17 +69,9 @@ pub async fn recover(
     // Read before selecting rows: every commit before it is visible to the select.
     let resume_at = server::current_position(&mut conn, flavor).await?;
 
-    let sink = if opts.dry_run {
-        Sink::Null
-    } else {
-        // Re-published rows go out at least once (same event ids); the checkpoint it
-        // writes is newer than the last commit marker, so exactly-once mode resumes there.
-        Sink::Kafka(KafkaSink::new(
-            &config.kafka,
-            &crate::sink::DeliveryConfig::default(),
-            &crate::monitor::Metrics::default(),
-        )?)
-    };
+    // Re-published rows go out at least once (same event ids); the checkpoint it writes
+    // is newer than the last commit marker, so exactly-once mode resumes there.
+    let sink = table_sink(config, opts.dry_run)?;
     let filter = RowFilter::default().since(&opts.timestamp_column, since_secs);
     let rows = TableRows::new(filter, &resume_at);
     let events = republish(config, &mut conn, &rows, &sink, |_| {}).await?;

@@ -277,9 +277,13 @@ pub(crate) struct ReplayArgs {
 /// `reconcile`'s flags.
 #[derive(Args)]
 pub(crate) struct ReconcileArgs {
-    /// Rows written at or after this time (unix seconds, RFC 3339, or a duration ago).
-    #[arg(long, value_parser = parse_time)]
-    pub(crate) since: i64,
+    /// Rows written at or after this time (unix seconds, RFC 3339, or a duration ago);
+    /// with --id-range, where the topics are read from [default: their beginning].
+    #[arg(long, value_parser = parse_time, required_unless_present = "id_range")]
+    pub(crate) since: Option<i64>,
+    /// Rows by event id instead (tables without a timestamp column), LOW..HIGH included.
+    #[arg(long, value_parser = parse_range, value_name = "LOW..HIGH")]
+    pub(crate) id_range: Option<(String, String)>,
     /// Rows written before this time [default: now].
     #[arg(long, value_parser = parse_time)]
     pub(crate) until: Option<i64>,

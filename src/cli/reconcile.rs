@@ -22,8 +22,9 @@ pub(super) async fn run(path: &Path, config: Config, args: ReconcileArgs) -> Res
         .or_else(|| config.outbox.columns.timestamp.clone())
         .unwrap_or_else(|| "created_at".into());
     let opts = ReconcileOptions {
-        since: args.since,
+        since: args.since.unwrap_or(0),
         until: args.until,
+        id_range: args.id_range,
         timestamp_column: timestamp_column.clone(),
         wait: args.wait,
         grace: args.grace,

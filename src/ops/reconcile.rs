@@ -9,8 +9,9 @@
 //! rows written after the checkpoint's commit time (minus a grace) count as in flight.
 //!
 //! Memory is per event of the window, not per byte: a 128-bit hash of its id, a
-//! fingerprint of its key and value, its topic and counts (about 64 bytes with the map's
-//! overhead); ids are read again from the table only for the events to be listed.
+//! fingerprint of its key and value, its topic and counts, and its time (about 100 bytes
+//! with the maps' overhead); ids are read again from the table only for the events to be
+//! listed.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
@@ -38,11 +39,16 @@ pub const LISTED_IDS: usize = 100_000;
 /// The window and how to judge it.
 #[derive(Debug, Clone)]
 pub struct ReconcileOptions {
-    /// Rows written at or after this unix time.
+    /// Rows written at or after this unix time; with `id_range`, only where the topics
+    /// are read from (0: their beginning).
     pub since: i64,
     /// Rows written before this unix time (default: now).
     pub until: Option<i64>,
-    /// DATETIME/TIMESTAMP column the window is on.
+    /// Rows by event id instead of time (tables without a timestamp column), both ends
+    /// included, compared as the column's type.
+    pub id_range: Option<(String, String)>,
+    /// DATETIME/TIMESTAMP column the window is on, and whose value says how young an
+    /// unproven row is.
     pub timestamp_column: String,
     /// How long to wait for the durable checkpoint to pass the snapshot.
     pub wait: Duration,
@@ -114,6 +120,9 @@ impl ReconcileReport {
     }
 }
 
+/// How far before the window the topics are read.
+const SCAN_SLACK_MS: i64 = 60_000;
+
 /// An id as the map keeps it.
 type IdHash = u128;
 
@@ -174,9 +183,14 @@ pub async fn reconcile(
         Some(u) => u,
         None => server::now_ms(&mut conn).await? / 1000 + 1,
     };
-    let filter = RowFilter::default()
-        .since(&opts.timestamp_column, opts.since)
-        .until(&opts.timestamp_column, until);
+    let filter = match &opts.id_range {
+        Some((low, high)) => {
+            RowFilter::default().between(&config.outbox.columns.event_id, low, high)
+        }
+        None => RowFilter::default()
+            .since(&opts.timestamp_column, opts.since)
+            .until(&opts.timestamp_column, until),
+    };
     let dead_letters = config.outbox.dead_letter_topic.as_str();
 
     // The rows, in one snapshot.
@@ -184,7 +198,7 @@ pub async fn reconcile(
         .await?
         .ok_or(OpsError::SnapshotUnsupported)?;
     let mut window = Window::default();
-    let mut row_time_ms: HashMap<IdHash, i64> = HashMap::new();
+    let row_time_ms = row_times(config, &mut conn, &filter, &opts.timestamp_column).await?;
     let rows = TableRows::new(filter.clone(), &snapshot);
     let read = republish(config, &mut conn, &rows, &Sink::Null, |r: &Record| {
         let topic = window.topic_index(&r.topic);
@@ -200,7 +214,6 @@ pub async fn reconcile(
                 wrong: 0,
             },
         );
-        row_time_ms.insert(id, r.timestamp_ms);
     })
     .await;
     let _ = conn.query_drop("COMMIT").await;
@@ -231,14 +244,16 @@ pub async fn reconcile(
         proven,
         ..Default::default()
     };
-    // Records carry their commit time (or the row's time): never before the row's.
+    // Records carry their commit time (whole seconds, from the binlog) or the row's own
+    // time, never before the row was written; a minute earlier is slack for clocks.
     let since_ms = opts.since * 1000;
+    let scan_from_ms = (since_ms - SCAN_SLACK_MS).max(0);
     let header = config.route.event_id_header.as_bytes();
     let mut strangers: Vec<(u32, Vec<u8>)> = Vec::new();
     let topics = window.topics.clone();
     for (t, topic) in topics.iter().enumerate() {
         let t = t as u32;
-        let scanned = crate::sink::scan(&config.kafka, topic, since_ms, |m| {
+        let scanned = crate::sink::scan(&config.kafka, topic, scan_from_ms, |m| {
             let Some(id) = m
                 .headers()
                 .and_then(|h| h.iter().find(|h| h.key.as_bytes() == header))
@@ -264,8 +279,10 @@ pub async fn reconcile(
                     let in_window = m
                         .timestamp()
                         .to_millis()
-                        .is_some_and(|ts| ts < until * 1000);
-                    if in_window && strangers.len() < LISTED_IDS {
+                        .is_some_and(|ts| (since_ms..until * 1000).contains(&ts));
+                    // By id range the window has no time: records outside it are
+                    // other rows'.
+                    if in_window && opts.id_range.is_none() && strangers.len() < LISTED_IDS {
                         strangers.push((t, id.to_vec()));
                     }
                 }
@@ -284,7 +301,8 @@ pub async fn reconcile(
             .or_default();
         counts.expected += 1;
         let kind = match (e.seen, e.wrong) {
-            (0, 0) if !proven && row_time_ms[id] >= in_flight_from_ms => {
+            // Without a time for the row (no timestamp column), unproven is in flight.
+            (0, 0) if !proven && row_time_ms.get(id).is_none_or(|t| *t >= in_flight_from_ms) => {
                 counts.in_flight += 1;
                 continue;
             }
@@ -324,6 +342,47 @@ pub async fn reconcile(
         }
     }
     Ok(report)
+}
+
+/// When each row of the window was written (ms since the epoch, by the timestamp
+/// column), read in the same snapshot; empty when the tables have no such column.
+async fn row_times(
+    config: &Config,
+    conn: &mut mysql_async::Conn,
+    filter: &RowFilter,
+    column: &str,
+) -> Result<HashMap<IdHash, i64>, OpsError> {
+    use crate::source::snapshot::quote_ident;
+    let mut times = HashMap::new();
+    let (condition, params) = filter.sql();
+    for table in server::matching_tables(conn, &config.table_patterns()).await? {
+        let sql = format!(
+            "SELECT {id}, CAST(UNIX_TIMESTAMP({ts}) * 1000 AS SIGNED) FROM {db}.{t}{condition}",
+            id = quote_ident(&config.outbox.columns.event_id),
+            ts = quote_ident(column),
+            db = quote_ident(&table.database),
+            t = quote_ident(&table.table),
+        );
+        match conn
+            .exec::<(Vec<u8>, Option<i64>), _, _>(sql, params.clone())
+            .await
+        {
+            Ok(rows) => times.extend(
+                rows.into_iter()
+                    .filter_map(|(id, t)| Some((id_hash(&id), t?))),
+            ),
+            // 1054: no such column — the table has no time to judge by.
+            Err(mysql_async::Error::Server(e)) if e.code == 1054 => {}
+            Err(source) => {
+                return Err(source::SourceError::Query {
+                    query: "SELECT outbox row times",
+                    source,
+                }
+                .into())
+            }
+        }
+    }
+    Ok(times)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -11,10 +11,9 @@ use tokio_util::sync::CancellationToken;
 use super::audit::{AuditEntry, AuditTrail};
 use super::OpsError;
 use crate::config::Config;
-use crate::pipeline::table::{republish, TableRows};
+use crate::pipeline::table::{republish, table_sink, TableRows};
 use crate::pipeline::PipelineError;
 use crate::route::Record;
-use crate::sink::{KafkaSink, Sink};
 use crate::source::snapshot::RowFilter;
 use crate::source::{self, server};
 
@@ -138,15 +137,7 @@ pub async fn replay(
         last_event_id: None,
         topics: Vec::new(),
     };
-    let sink = if opts.dry_run {
-        Sink::Null
-    } else {
-        Sink::Kafka(KafkaSink::new(
-            &config.kafka,
-            &crate::sink::DeliveryConfig::default(),
-            &crate::monitor::Metrics::default(),
-        )?)
-    };
+    let sink = table_sink(config, opts.dry_run).map_err(|e| OpsError::Pipeline(Box::new(e)))?;
     let trail = AuditTrail::new(config);
     if !opts.dry_run {
         trail.write(&entry, &sink).await?;

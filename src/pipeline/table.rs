@@ -45,6 +45,19 @@ impl<'a> TableRows<'a> {
     }
 }
 
+/// Where rows read from tables go: an at-least-once Kafka producer (same event ids; a
+/// table read is never part of an exactly-once transaction), or nowhere for a dry run.
+pub(crate) fn table_sink(config: &Config, dry_run: bool) -> Result<Sink, PipelineError> {
+    if dry_run {
+        return Ok(Sink::Null);
+    }
+    Ok(Sink::Kafka(crate::sink::KafkaSink::new(
+        &config.kafka,
+        &crate::sink::DeliveryConfig::default(),
+        &Metrics::default(),
+    )?))
+}
+
 /// Publishes the outbox tables' rows that `rows.filter` passes, with their original event
 /// ids, waiting for every acknowledgement; `inspect` sees each record before it is sent.
 pub(crate) async fn republish(

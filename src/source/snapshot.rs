@@ -9,7 +9,8 @@ use mysql_async::{Conn, Row};
 use super::{RowImage, SourceError, TableName};
 use std::sync::Arc;
 
-fn quote_ident(s: &str) -> String {
+/// A name as a quoted SQL identifier.
+pub(crate) fn quote_ident(s: &str) -> String {
     format!("`{}`", s.replace('`', "``"))
 }
 
@@ -84,7 +85,7 @@ impl RowFilter {
     }
 
     /// ` WHERE …` (or nothing) and its parameters.
-    fn sql(&self) -> (String, Vec<mysql_async::Value>) {
+    pub(crate) fn sql(&self) -> (String, Vec<mysql_async::Value>) {
         if self.conditions.is_empty() {
             return (String::new(), Vec::new());
         }

@@ -185,23 +185,7 @@ async fn replay_resends_the_selection_with_its_ids_throttled_and_audited() {
     let audit_topic = format!("{}.audit", setup.topic_prefix);
     setup.extra_toml = format!("[ops]\naudit_topic = \"{audit_topic}\"\n");
     let mut router = setup.start_router();
-    let events: Vec<Ev> = (0..30)
-        .map(|i| {
-            Ev::new(
-                format!("r-{i:02}"),
-                "Order",
-                &format!("o{}", i % 3),
-                format!("{{\"n\":{i}}}"),
-            )
-        })
-        .collect();
-    for chunk in events.chunks(10) {
-        insert_txn(&mut conn, &db, chunk).await;
-    }
-    assert_eq!(
-        wait_for_count(std::slice::from_ref(&topic), 30, Duration::from_secs(60)),
-        30
-    );
+    deliver(&mut conn, &db, &topic, "r", 30, 3, 10).await;
 
     let out = setup.cli(&["replay", "--reason", "no selection"]);
     assert!(!out.status.success());
@@ -315,6 +299,38 @@ async fn replay_resends_the_selection_with_its_ids_throttled_and_audited() {
     assert!(on_topic.iter().all(|m| m.key == replay_id.as_bytes()));
 }
 
+/// Writes `n` events `{prefix}-000…` (zero-padded to n's width) over `aggregates`
+/// aggregates, `per_txn` to a transaction, and waits until `topic` holds them all.
+async fn deliver(
+    conn: &mut Conn,
+    db: &str,
+    topic: &str,
+    prefix: &str,
+    n: usize,
+    aggregates: usize,
+    per_txn: usize,
+) {
+    let width = (n - 1).to_string().len();
+    let events: Vec<Ev> = (0..n)
+        .map(|i| {
+            Ev::new(
+                format!("{prefix}-{i:0width$}"),
+                "Order",
+                &format!("o{}", i % aggregates),
+                format!("{{\"n\":{i}}}"),
+            )
+        })
+        .collect();
+    for chunk in events.chunks(per_txn) {
+        insert_txn(conn, db, chunk).await;
+    }
+    let topics = [topic.to_string()];
+    assert_eq!(
+        wait_for_count(&topics, n as i64, Duration::from_secs(60)),
+        n as i64
+    );
+}
+
 /// Produces a record with event id header `id` to `topic`, as a stranger would.
 async fn produce(topic: &str, id: &str, key: &[u8], payload: Option<&[u8]>) {
     let producer: FutureProducer = ClientConfig::new()
@@ -374,27 +390,16 @@ async fn reconcile_finds_exactly_the_holes_made_and_republishes_them() {
         .as_secs()
         .to_string();
     let mut router = setup.start_router();
-    let events: Vec<Ev> = (0..200)
-        .map(|i| {
-            Ev::new(
-                format!("c-{i:03}"),
-                "Order",
-                &format!("o{}", i % 10),
-                format!("{{\"n\":{i}}}"),
-            )
-        })
-        .collect();
-    for chunk in events.chunks(20) {
-        insert_txn(&mut conn, &db, chunk).await;
-    }
-    assert_eq!(
-        wait_for_count(std::slice::from_ref(&topic), 200, Duration::from_secs(60)),
-        200
-    );
+    deliver(&mut conn, &db, &topic, "c", 200, 10, 20).await;
     let (clean, report) = reconcile(&setup, &["--since", &since]);
     assert!(clean, "{report:#}");
     assert_eq!(report["topics"][&topic]["found_once"], 200, "{report:#}");
     assert_eq!(report["proven"], true);
+    // By event id, for tables without a timestamp column.
+    let (clean, report) = reconcile(&setup, &["--id-range", "c-000..c-049"]);
+    assert!(clean, "{report:#}");
+    assert_eq!(report["topics"][&topic]["expected"], 50, "{report:#}");
+    assert_eq!(report["topics"][&topic]["found_once"], 50, "{report:#}");
 
     // Holes: the first 4 records of one partition deleted from Kafka.
     let first = read_all(std::slice::from_ref(&topic));
