@@ -251,46 +251,43 @@ pub async fn reconcile(
     let header = config.route.event_id_header.as_bytes();
     let mut strangers: Vec<(u32, Vec<u8>)> = Vec::new();
     let topics = window.topics.clone();
-    for (t, topic) in topics.iter().enumerate() {
+    let scanned = crate::sink::scan(&config.kafka, &topics, scan_from_ms, |t, m| {
         let t = t as u32;
-        let scanned = crate::sink::scan(&config.kafka, topic, scan_from_ms, |m| {
-            let Some(id) = m
-                .headers()
-                .and_then(|h| h.iter().find(|h| h.key.as_bytes() == header))
-                .and_then(|h| h.value)
-            else {
-                return;
-            };
-            let key = m.key().unwrap_or_default();
-            match window.events.get_mut(&id_hash(id)) {
-                Some(e) => {
-                    let same = e.topic == t
-                        && match e.fingerprint {
-                            Some(f) => f == fingerprint(key, m.payload()),
-                            None => e.key == fingerprint(key, None),
-                        };
-                    if same {
-                        e.seen += 1;
-                    } else {
-                        e.wrong += 1;
-                    }
-                }
-                None => {
-                    let in_window = m
-                        .timestamp()
-                        .to_millis()
-                        .is_some_and(|ts| (since_ms..until * 1000).contains(&ts));
-                    // By id range the window has no time: records outside it are
-                    // other rows'.
-                    if in_window && opts.id_range.is_none() && strangers.len() < LISTED_IDS {
-                        strangers.push((t, id.to_vec()));
-                    }
+        let Some(id) = m
+            .headers()
+            .and_then(|h| h.iter().find(|h| h.key.as_bytes() == header))
+            .and_then(|h| h.value)
+        else {
+            return;
+        };
+        let key = m.key().unwrap_or_default();
+        match window.events.get_mut(&id_hash(id)) {
+            Some(e) => {
+                let same = e.topic == t
+                    && match e.fingerprint {
+                        Some(f) => f == fingerprint(key, m.payload()),
+                        None => e.key == fingerprint(key, None),
+                    };
+                if same {
+                    e.seen += 1;
+                } else {
+                    e.wrong += 1;
                 }
             }
-        })
-        .map_err(OpsError::Sink)?;
-        report.records_scanned += scanned.records;
-    }
+            None => {
+                let in_window = m
+                    .timestamp()
+                    .to_millis()
+                    .is_some_and(|ts| (since_ms..until * 1000).contains(&ts));
+                // By id range the window has no time: records outside it are other rows'.
+                if in_window && opts.id_range.is_none() && strangers.len() < LISTED_IDS {
+                    strangers.push((t, id.to_vec()));
+                }
+            }
+        }
+    })
+    .map_err(OpsError::Sink)?;
+    report.records_scanned = scanned.records;
 
     // Count, then name: ids are read again from the table for the ones to list.
     let mut kinds: HashMap<IdHash, Kind> = HashMap::new();

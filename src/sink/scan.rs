@@ -24,17 +24,18 @@ pub struct Scanned {
     pub records: u64,
 }
 
-/// Calls `each` with every record of `topic` (all partitions) from the first one with a
-/// timestamp at or after `since_ms` up to the end each partition had when the scan
-/// started. A topic that does not exist holds nothing.
+/// Calls `each` with every record of `topics` (all partitions; `each` gets the topic's
+/// index) from the first one with a timestamp at or after `since_ms` up to the end each
+/// partition had when the scan started. A topic that does not exist holds nothing. One
+/// consumer reads them all: each request covers every partition.
 pub fn scan(
     cfg: &KafkaConfig,
-    topic: &str,
+    topics: &[String],
     since_ms: i64,
-    mut each: impl FnMut(&BorrowedMessage<'_>),
+    mut each: impl FnMut(usize, &BorrowedMessage<'_>),
 ) -> Result<Scanned, SinkError> {
     let failed = |reason: String| SinkError::ReadBack {
-        topic: topic.to_string(),
+        topic: topics.join(","),
         reason,
     };
     let mut c = super::consumer_config(cfg);
@@ -48,70 +49,87 @@ pub fn scan(
             .map_err(|e| failed(e.to_string()))
     };
     let reader = consumer("read_committed")?;
-    let metadata = match reader.fetch_metadata(Some(topic), Duration::from_secs(10)) {
-        Ok(m) => m,
-        Err(e) => return Err(failed(format!("metadata: {e}"))),
-    };
-    let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
-        return Ok(Scanned::default());
-    };
-    if t.error()
-        .is_some_and(|e| RDKafkaErrorCode::from(e) == RDKafkaErrorCode::UnknownTopicOrPartition)
-    {
-        return Ok(Scanned::default());
-    }
-    let partitions: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
-    // The end as written, not the last stable offset a read_committed query answers
-    // (an open transaction elsewhere would hide our records behind it).
-    let ends_reader = consumer("read_uncommitted")?;
-    let mut ends = HashMap::new();
-    let mut by_time = TopicPartitionList::new();
-    for &p in &partitions {
-        let (low, high) = ends_reader
-            .fetch_watermarks(topic, p, Duration::from_secs(10))
-            .map_err(|e| failed(format!("watermarks of partition {p}: {e}")))?;
-        if high > low {
-            ends.insert(p, high);
-            by_time
-                .add_partition_offset(topic, p, Offset::Offset(since_ms))
+    let mut all = TopicPartitionList::new();
+    let mut scanned = Scanned::default();
+    for topic in topics {
+        let metadata = reader
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .map_err(|e| failed(format!("metadata of {topic}: {e}")))?;
+        let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
+            continue;
+        };
+        if t.error()
+            .is_some_and(|e| RDKafkaErrorCode::from(e) == RDKafkaErrorCode::UnknownTopicOrPartition)
+        {
+            continue;
+        }
+        for p in t.partitions() {
+            all.add_partition_offset(topic, p.id(), Offset::End)
                 .map_err(|e| failed(e.to_string()))?;
+            scanned.partitions += 1;
         }
     }
-    let mut scanned = Scanned {
-        partitions: partitions.len(),
-        records: 0,
-    };
+    if all.count() == 0 {
+        return Ok(scanned);
+    }
+    // The end as written, not the last stable offset a read_committed query answers
+    // (an open transaction elsewhere would hide our records behind it).
+    let ends_list = consumer("read_uncommitted")?
+        .offsets_for_times(all.clone(), Duration::from_secs(30))
+        .map_err(|e| failed(format!("end offsets: {e}")))?;
+    let mut ends: HashMap<(String, i32), i64> = HashMap::new();
+    let mut by_time = TopicPartitionList::new();
+    for e in ends_list.elements() {
+        if let Offset::Offset(end) = e.offset() {
+            if end > 0 {
+                ends.insert((e.topic().to_string(), e.partition()), end);
+                by_time
+                    .add_partition_offset(e.topic(), e.partition(), Offset::Offset(since_ms))
+                    .map_err(|e| failed(e.to_string()))?;
+            }
+        }
+    }
     if ends.is_empty() {
         return Ok(scanned);
     }
     let starts = reader
-        .offsets_for_times(by_time, Duration::from_secs(10))
+        .offsets_for_times(by_time, Duration::from_secs(30))
         .map_err(|e| failed(format!("offsets for time {since_ms}: {e}")))?;
     let mut assign = TopicPartitionList::new();
     for e in starts.elements() {
+        let key = (e.topic().to_string(), e.partition());
         // No record at or after the time: nothing to read there.
-        if let Offset::Offset(start) = e.offset() {
-            if start < ends[&e.partition()] {
+        match e.offset() {
+            Offset::Offset(start) if start < ends[&key] => {
                 assign
-                    .add_partition_offset(topic, e.partition(), Offset::Offset(start))
+                    .add_partition_offset(e.topic(), e.partition(), Offset::Offset(start))
                     .map_err(|e| failed(e.to_string()))?;
-                continue;
+            }
+            _ => {
+                ends.remove(&key);
             }
         }
-        ends.remove(&e.partition());
     }
     reader.assign(&assign).map_err(|e| failed(e.to_string()))?;
+    let index: HashMap<&str, usize> = topics
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.as_str(), i))
+        .collect();
     let mut progress = Instant::now();
     let mut checked = Instant::now();
     while !ends.is_empty() {
-        match reader.poll(Duration::from_millis(200)) {
+        match reader.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
                 progress = Instant::now();
                 scanned.records += 1;
-                let (p, next) = (m.partition(), m.offset() + 1);
-                each(&m);
-                if ends.get(&p).is_some_and(|end| next >= *end) {
-                    ends.remove(&p);
+                let key = (m.topic().to_string(), m.partition());
+                let next = m.offset() + 1;
+                if let Some(&i) = index.get(m.topic()) {
+                    each(i, &m);
+                }
+                if ends.get(&key).is_some_and(|end| next >= *end) {
+                    ends.remove(&key);
                 }
                 continue;
             }
@@ -120,13 +138,14 @@ pub fn scan(
         }
         // The position also steps over control records and aborted transactions, which
         // are never handed out: a partition ending in them is done at its position.
-        if checked.elapsed() >= Duration::from_millis(200) {
+        if checked.elapsed() >= Duration::from_millis(100) {
             checked = Instant::now();
             let positions = reader.position().map_err(|e| failed(e.to_string()))?;
             for e in positions.elements() {
                 if let Offset::Offset(at) = e.offset() {
-                    if ends.get(&e.partition()).is_some_and(|end| at >= *end) {
-                        ends.remove(&e.partition());
+                    let key = (e.topic().to_string(), e.partition());
+                    if ends.get(&key).is_some_and(|end| at >= *end) {
+                        ends.remove(&key);
                     }
                 }
             }
