@@ -270,11 +270,15 @@ impl TablePruner<'_> {
 
     /// Deletes exactly `keys` (archiving them first) in one transaction.
     async fn delete(&mut self, conn: &mut Conn, keys: &[Value]) -> Result<u64, OpsError> {
-        // One primary-key lookup per row, READ COMMITTED: each statement locks the one
-        // row it deletes and no gap, so it never holds up the application's INSERTs nor
-        // waits on one still open. (An IN list may be run as a scan, which waits on every
-        // uncommitted row it passes.)
-        let by_key = format!("WHERE {} = ?", quote(self.pk));
+        // Primary-key lookups only (FORCE INDEX: on a small table the optimizer would
+        // rather scan, and a scan waits on every uncommitted row it passes), under READ
+        // COMMITTED: the statement locks the rows it deletes and no gap, so it never
+        // holds up the application's INSERTs nor waits on one still open.
+        let pk_in = format!(
+            "FORCE INDEX (PRIMARY) WHERE {} IN ({})",
+            quote(self.pk),
+            vec!["?"; keys.len()].join(", ")
+        );
         let mut tx_opts = mysql_async::TxOpts::default();
         tx_opts.with_isolation_level(mysql_async::IsolationLevel::ReadCommitted);
         let mut tx = conn
@@ -287,27 +291,25 @@ impl TablePruner<'_> {
                 Some((db, t)) => format!("{}.{}", quote(db), quote(t)),
                 None => format!("{}.{}", quote(&self.table.database), quote(archive)),
             };
-            let sql = format!(
-                "INSERT INTO {target} SELECT * FROM {} {by_key}",
-                qualified(self.table)
-            );
-            let mut n = 0;
-            for key in keys {
-                tx.exec_drop(&sql, (key.clone(),))
-                    .await
-                    .map_err(query_error("INSERT INTO archive table"))?;
-                n += tx.affected_rows();
-            }
-            copied = Some(n);
+            tx.exec_drop(
+                format!(
+                    "INSERT INTO {target} SELECT * FROM {} {pk_in}",
+                    qualified(self.table)
+                ),
+                keys.to_vec(),
+            )
+            .await
+            .map_err(query_error("INSERT INTO archive table"))?;
+            copied = Some(tx.affected_rows());
         }
-        let sql = format!("DELETE FROM {} {by_key}", qualified(self.table));
-        let mut deleted = 0;
-        for key in keys {
-            tx.exec_drop(&sql, (key.clone(),))
-                .await
-                .map_err(query_error("DELETE outbox rows"))?;
-            deleted += tx.affected_rows();
-        }
+        // The multi-table form, the one that takes an index hint.
+        tx.exec_drop(
+            format!("DELETE {t} FROM {t} {pk_in}", t = qualified(self.table)),
+            keys.to_vec(),
+        )
+        .await
+        .map_err(query_error("DELETE outbox rows"))?;
+        let deleted = tx.affected_rows();
         if let Some(copied) = copied {
             if copied != deleted {
                 tx.rollback().await.map_err(query_error("ROLLBACK"))?;

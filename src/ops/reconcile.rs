@@ -360,23 +360,30 @@ async fn row_times(
             db = quote_ident(&table.database),
             t = quote_ident(&table.table),
         );
-        match conn
-            .exec::<(Vec<u8>, Option<i64>), _, _>(sql, params.clone())
-            .await
-        {
-            Ok(rows) => times.extend(
-                rows.into_iter()
-                    .filter_map(|(id, t)| Some((id_hash(&id), t?))),
-            ),
+        let failed = |source| source::SourceError::Query {
+            query: "SELECT outbox row times",
+            source,
+        };
+        // Streamed: a million rows never sit in a result buffer.
+        let read = match conn.exec_iter(sql, params.clone()).await {
+            Ok(mut result) => {
+                result
+                    .for_each(|row| {
+                        if let Ok((id, Some(t))) =
+                            mysql_async::from_row_opt::<(Vec<u8>, Option<i64>)>(row)
+                        {
+                            times.insert(id_hash(&id), t);
+                        }
+                    })
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        match read {
+            Ok(()) => {}
             // 1054: no such column — the table has no time to judge by.
             Err(mysql_async::Error::Server(e)) if e.code == 1054 => {}
-            Err(source) => {
-                return Err(source::SourceError::Query {
-                    query: "SELECT outbox row times",
-                    source,
-                }
-                .into())
-            }
+            Err(source) => return Err(failed(source).into()),
         }
     }
     Ok(times)

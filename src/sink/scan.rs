@@ -41,7 +41,11 @@ pub fn scan(
     let mut c = super::consumer_config(cfg);
     c.set("group.id", "outbox-router-reconcile")
         .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true");
+        .set("enable.partition.eof", "true")
+        // Hundreds of partitions are read at once: bound what is fetched ahead (librdkafka
+        // defaults: 1 MB a partition, 64 MB queued).
+        .set("fetch.message.max.bytes", "262144")
+        .set("queued.max.messages.kbytes", "16384");
     let consumer = |isolation: &str| -> Result<BaseConsumer, SinkError> {
         c.clone()
             .set("isolation.level", isolation)
