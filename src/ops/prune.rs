@@ -1,8 +1,8 @@
 //! `prune`: delete outbox rows that are provably delivered, in small primary-key-ordered
 //! batches, each its own short transaction.
 //!
-//! "Provably delivered" is checked per batch, not guessed from timestamps: the batch's
-//! primary keys are selected inside a consistent snapshot whose exact binlog position
+//! "Provably delivered" is checked, not guessed from timestamps: a round of batches'
+//! primary keys is selected inside a consistent snapshot whose exact binlog position
 //! the server reports (`binlog_snapshot_position`). Every row visible there belongs to a
 //! transaction that ends at or before that position, so once the durable checkpoint is
 //! at or past it, every selected row has been acknowledged by Kafka. Only those keys are
@@ -11,7 +11,7 @@
 //! checkpoint is not past it yet. The age (`--older-than`) and the checkpoint's commit
 //! time minus a margin bound the selection on top of that.
 //!
-//! The router sees these DELETEs in the binlog and ignores them (`ignored_rows_total`).
+//! The router sees these DELETEs in the binlog and ignores them (`outbox_router_events_ignored_total`).
 
 use std::time::{Duration, Instant};
 
@@ -70,6 +70,9 @@ pub struct PruneReport {
     /// True when a signal stopped it between batches.
     pub stopped: bool,
 }
+
+/// Batches deleted on one proof (one snapshot, one wait for the checkpoint).
+const BATCHES_PER_ROUND: usize = 50;
 
 fn quote(s: &str) -> String {
     format!("`{}`", s.replace('`', "``"))
@@ -150,35 +153,45 @@ struct TablePruner<'a> {
 
 impl TablePruner<'_> {
     async fn run(&mut self, conn: &mut Conn, stop: &CancellationToken) -> Result<(), OpsError> {
-        // Dry runs delete nothing, so they step past each batch by key.
+        // Dry runs delete nothing, so they step past each round by key.
         let mut after: Option<Value> = None;
+        let batch = self.opts.batch.max(1);
         while !stop.is_cancelled() {
+            // One proof for a round of batches: every key selected in the snapshot is
+            // delivered once the checkpoint passes it, however many transactions then
+            // delete them. (A proof per batch would wait each time for the router to
+            // checkpoint past the previous batch's own DELETE.)
             let checkpoint = self.checkpoint()?;
             let cutoff_secs = self.cutoff_secs(conn, &checkpoint).await?;
-            let (snapshot, keys) = self.select_batch(conn, cutoff_secs, after.as_ref()).await?;
+            let limit = batch.saturating_mul(BATCHES_PER_ROUND);
+            let (snapshot, keys) = self
+                .select_keys(conn, cutoff_secs, after.as_ref(), limit)
+                .await?;
             let Some(last) = keys.last().cloned() else {
                 return Ok(());
             };
             self.wait_until_delivered(&snapshot, checkpoint, stop)
                 .await?;
-            if stop.is_cancelled() {
-                return Ok(());
-            }
-            let rows = if self.opts.dry_run {
-                keys.len() as u64
-            } else {
-                self.delete(conn, &keys).await?
-            };
-            self.done.rows += rows;
-            self.done.batches += 1;
-            after = Some(last);
-            if let Some(rate) = self.opts.rate.filter(|r| *r > 0.0) {
-                let pause = Duration::from_secs_f64(keys.len() as f64 / rate);
-                tokio::select! {
-                    _ = tokio::time::sleep(pause) => {}
-                    _ = stop.cancelled() => {}
+            for chunk in keys.chunks(batch) {
+                if stop.is_cancelled() {
+                    return Ok(());
+                }
+                let rows = if self.opts.dry_run {
+                    chunk.len() as u64
+                } else {
+                    self.delete(conn, chunk).await?
+                };
+                self.done.rows += rows;
+                self.done.batches += 1;
+                if let Some(rate) = self.opts.rate.filter(|r| *r > 0.0) {
+                    let pause = Duration::from_secs_f64(chunk.len() as f64 / rate);
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = stop.cancelled() => {}
+                    }
                 }
             }
+            after = Some(last);
         }
         Ok(())
     }
@@ -201,13 +214,14 @@ impl TablePruner<'_> {
         })
     }
 
-    /// The next batch's primary keys as one consistent snapshot sees them, and that
+    /// The next `limit` primary keys as one consistent snapshot sees them, and that
     /// snapshot's binlog position.
-    async fn select_batch(
+    async fn select_keys(
         &self,
         conn: &mut Conn,
         cutoff_secs: i64,
         after: Option<&Value>,
+        limit: usize,
     ) -> Result<(Position, Vec<Value>), OpsError> {
         let snapshot = server::consistent_snapshot(conn).await?;
         let mut sql = format!(
@@ -221,11 +235,7 @@ impl TablePruner<'_> {
             sql.push_str(&format!(" AND {} > ?", quote(self.pk)));
             params.push(after.clone());
         }
-        sql.push_str(&format!(
-            " ORDER BY {} LIMIT {}",
-            quote(self.pk),
-            self.opts.batch.max(1)
-        ));
+        sql.push_str(&format!(" ORDER BY {} LIMIT {limit}", quote(self.pk)));
         let keys: Result<Vec<Value>, _> = conn.exec(sql, params).await;
         // The snapshot only served to read; end it whatever the select answered.
         let ended = conn.query_drop("COMMIT").await;

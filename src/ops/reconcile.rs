@@ -143,15 +143,20 @@ fn fingerprint(key: &[u8], value: Option<&[u8]>) -> u64 {
     h.finish()
 }
 
-/// What the table says one event should look like, and what Kafka showed.
+/// What the table says one event should look like, and what Kafka showed (40 bytes: a
+/// million of them is most of the window's memory).
 struct Expected {
-    topic: u32,
-    /// Key and value; `None` for a dead letter (its value names a binlog position the
-    /// table read cannot know): only topic and key are compared.
-    fingerprint: Option<u64>,
+    /// Key and value.
+    fingerprint: u64,
+    /// Key alone: a dead letter's value names a binlog position a table read cannot know,
+    /// so only its topic and key are compared.
     key: u64,
-    seen: u32,
-    wrong: u32,
+    /// When the row was written (ms), `i64::MIN` when unknown.
+    time_ms: i64,
+    topic: u32,
+    seen: u16,
+    wrong: u16,
+    dead_letter: bool,
 }
 
 /// The window's events, as routed.
@@ -159,17 +164,18 @@ struct Expected {
 struct Window {
     events: HashMap<IdHash, Expected>,
     topics: Vec<String>,
+    topic_indexes: HashMap<String, u32>,
 }
 
 impl Window {
     fn topic_index(&mut self, topic: &str) -> u32 {
-        match self.topics.iter().position(|t| t == topic) {
-            Some(i) => i as u32,
-            None => {
-                self.topics.push(topic.to_string());
-                (self.topics.len() - 1) as u32
-            }
+        if let Some(i) = self.topic_indexes.get(topic) {
+            return *i;
         }
+        let i = self.topics.len() as u32;
+        self.topics.push(topic.to_string());
+        self.topic_indexes.insert(topic.to_string(), i);
+        i
     }
 }
 
@@ -198,24 +204,28 @@ pub async fn reconcile(
         .await?
         .ok_or(OpsError::SnapshotUnsupported)?;
     let mut window = Window::default();
-    let row_time_ms = row_times(config, &mut conn, &filter, &opts.timestamp_column).await?;
+    let mut row_time_ms = row_times(config, &mut conn, &filter, &opts.timestamp_column).await?;
+    // Sized once: growing a map of a million entries holds the old and the new at once.
+    window.events.reserve(row_time_ms.len());
     let rows = TableRows::new(filter.clone(), &snapshot);
     let read = republish(config, &mut conn, &rows, &Sink::Null, |r: &Record| {
         let topic = window.topic_index(&r.topic);
         let id = id_hash(&r.event.id.0);
-        let value = (&*r.topic != dead_letters).then(|| fingerprint(&r.key, r.value.as_deref()));
         window.events.insert(
             id,
             Expected {
-                topic,
-                fingerprint: value,
+                fingerprint: fingerprint(&r.key, r.value.as_deref()),
                 key: fingerprint(&r.key, None),
+                time_ms: row_time_ms.remove(&id).unwrap_or(i64::MIN),
+                topic,
                 seen: 0,
                 wrong: 0,
+                dead_letter: &*r.topic == dead_letters,
             },
         );
     })
     .await;
+    drop(row_time_ms);
     let _ = conn.query_drop("COMMIT").await;
     read.map_err(|e| OpsError::Pipeline(Box::new(e)))?;
 
@@ -264,14 +274,14 @@ pub async fn reconcile(
         match window.events.get_mut(&id_hash(id)) {
             Some(e) => {
                 let same = e.topic == t
-                    && match e.fingerprint {
-                        Some(f) => f == fingerprint(key, m.payload()),
-                        None => e.key == fingerprint(key, None),
+                    && match e.dead_letter {
+                        false => e.fingerprint == fingerprint(key, m.payload()),
+                        true => e.key == fingerprint(key, None),
                     };
                 if same {
-                    e.seen += 1;
+                    e.seen = e.seen.saturating_add(1);
                 } else {
-                    e.wrong += 1;
+                    e.wrong = e.wrong.saturating_add(1);
                 }
             }
             None => {
@@ -299,7 +309,7 @@ pub async fn reconcile(
         counts.expected += 1;
         let kind = match (e.seen, e.wrong) {
             // Without a time for the row (no timestamp column), unproven is in flight.
-            (0, 0) if !proven && row_time_ms.get(id).is_none_or(|t| *t >= in_flight_from_ms) => {
+            (0, 0) if !proven && (e.time_ms == i64::MIN || e.time_ms >= in_flight_from_ms) => {
                 counts.in_flight += 1;
                 continue;
             }
