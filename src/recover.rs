@@ -34,6 +34,9 @@ pub struct RecoverOptions {
     pub dry_run: bool,
     /// Move the checkpoint even when no row is found in the window.
     pub allow_empty: bool,
+    /// Move it even while XA branches are prepared (their rows are invisible to the
+    /// table read; the router then stops at their XA COMMIT).
+    pub ignore_prepared_xa: bool,
 }
 
 /// What recovery did.
@@ -65,6 +68,9 @@ pub async fn recover(
         _ => return Err(PipelineError::RecoverWithoutTime),
     };
     let mut conn = source::connect(&config.source).await?;
+    // A prepared branch's rows are invisible to the SELECT and before the new position.
+    crate::pipeline::refuse_move_past_prepared_xa(&mut conn, "recover", opts.ignore_prepared_xa)
+        .await?;
     let flavor = server::flavor(&mut conn).await?;
     // Read before selecting rows: every commit before it is visible to the select.
     let resume_at = server::current_position(&mut conn, flavor).await?;

@@ -81,6 +81,10 @@ pub(crate) enum Command {
         /// `kafka:TOPIC` for a distributed worker's offsets topic (on kafka.bootstrap_servers).
         #[arg(long, value_name = "FILE|kafka:TOPIC")]
         offsets: Option<String>,
+        /// With --offsets: write the checkpoint even while XA branches are prepared on
+        /// the server (the router stops at their XA COMMIT).
+        #[arg(long, requires = "offsets")]
+        ignore_prepared_xa: bool,
     },
     /// Delete outbox rows that are provably delivered (the durable checkpoint is past the
     /// snapshot they were selected in), in small primary-key-ordered batches; works while
@@ -129,7 +133,13 @@ pub(crate) enum CheckpointAction {
         debezium: Option<String>,
     },
     /// Store a position (FILE:OFFSET [gtid=D-S-N,...]); it must be a transaction boundary.
-    Set { position: String },
+    Set {
+        position: String,
+        /// Move it even while XA branches are prepared on the server (their rows were
+        /// logged before the new position; the router stops at their XA COMMIT).
+        #[arg(long)]
+        ignore_prepared_xa: bool,
+    },
     /// Create an empty checkpoint store for a first start (`run` refuses a missing one).
     Init,
     /// Remove the checkpoint; the next run starts at `source.start`.
@@ -163,6 +173,10 @@ pub(crate) struct RecoverArgs {
     /// Move the checkpoint even when no row is in the window.
     #[arg(long)]
     pub(crate) allow_empty: bool,
+    /// Move the checkpoint even while XA branches are prepared on the server (their rows
+    /// are not in the table read; the router stops at their XA COMMIT).
+    #[arg(long)]
+    pub(crate) ignore_prepared_xa: bool,
 }
 
 /// `prune`'s flags.

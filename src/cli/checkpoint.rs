@@ -8,10 +8,12 @@ use super::args::CheckpointAction;
 use outbox_router::checkpoint::{Checkpoint, CheckpointStore};
 use outbox_router::config::Config;
 use outbox_router::import::offsets::DebeziumOffset;
+use outbox_router::pipeline::refuse_move_past_prepared_xa;
 use outbox_router::position::Position;
+use outbox_router::source;
 
 /// Shows, sets, creates or removes the stored checkpoint.
-pub(super) fn run(config: &Config, action: CheckpointAction) -> Result<ExitCode> {
+pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<ExitCode> {
     let dir = &config.checkpoint.dir;
     match action {
         CheckpointAction::Show { .. } if !CheckpointStore::exists(dir) => {
@@ -48,8 +50,13 @@ pub(super) fn run(config: &Config, action: CheckpointAction) -> Result<ExitCode>
                 println!("written_at_ms: {}", cp.written_at_ms);
             }
         },
-        CheckpointAction::Set { position } => {
+        CheckpointAction::Set {
+            position,
+            ignore_prepared_xa,
+        } => {
             let position: Position = position.parse().context("checkpoint set")?;
+            let mut conn = source::connect(&config.source).await?;
+            refuse_move_past_prepared_xa(&mut conn, "checkpoint set", ignore_prepared_xa).await?;
             let store = CheckpointStore::create(dir)?;
             let written_at_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use outbox_router::checkpoint::{Checkpoint, CheckpointStore};
 use outbox_router::config::Config;
 use outbox_router::import::offsets::{self, ConnectorKey, OffsetStore};
-use outbox_router::pipeline::resume_by_gtid;
+use outbox_router::pipeline::{refuse_move_past_prepared_xa, resume_by_gtid};
 use outbox_router::source::{self, server};
 
 /// Prints the imported config; unmapped keys go to stderr.
@@ -29,7 +29,12 @@ pub(super) fn run(file: &Path) -> Result<ExitCode> {
 
 /// Reads the connector's stored offset and writes it as the first checkpoint, after
 /// checking the source can still serve it (as a checkpoint's would be on start).
-pub(super) async fn offsets(config: &Config, file: &Path, store: &str) -> Result<ExitCode> {
+pub(super) async fn offsets(
+    config: &Config,
+    file: &Path,
+    store: &str,
+    ignore_prepared_xa: bool,
+) -> Result<ExitCode> {
     let settings = read_connector(file)?;
     let key = ConnectorKey::of(&settings)?;
     let store: OffsetStore = store.parse()?;
@@ -49,6 +54,8 @@ pub(super) async fn offsets(config: &Config, file: &Path, store: &str) -> Result
     }
 
     let mut conn = source::connect(&config.source).await?;
+    refuse_move_past_prepared_xa(&mut conn, "import-debezium --offsets", ignore_prepared_xa)
+        .await?;
     let flavor = server::flavor(&mut conn).await?;
     let by_gtid = resume_by_gtid(config, &mut conn, flavor, &position)
         .await

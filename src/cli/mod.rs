@@ -40,6 +40,7 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<ExitCode> {
     if let Command::ImportDebezium {
         file,
         offsets: None,
+        ..
     } = &cli.command
     {
         return import::run(file);
@@ -55,7 +56,8 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::ImportDebezium {
             file,
             offsets: Some(store),
-        } => import::offsets(&config, &file, &store).await,
+            ignore_prepared_xa,
+        } => import::offsets(&config, &file, &store, ignore_prepared_xa).await,
         Command::ImportDebezium { file, .. } => import::run(&file),
         Command::Validate => validate::run(&config).await,
         Command::Status {
@@ -68,7 +70,7 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Replay(args) => replay::run(&config, args).await,
         Command::Audit { json } => audit::run(&config, json),
         Command::Reconcile(args) => reconcile::run(&cli.config, config, args).await,
-        Command::Checkpoint { action } => checkpoint::run(&config, action),
+        Command::Checkpoint { action } => checkpoint::run(&config, action).await,
     }
 }
 

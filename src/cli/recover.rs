@@ -20,6 +20,7 @@ pub(super) async fn run(config: &Config, opts: RecoverArgs) -> Result<ExitCode> 
         since_secs: opts.since,
         dry_run: opts.dry_run,
         allow_empty: opts.allow_empty,
+        ignore_prepared_xa: opts.ignore_prepared_xa,
     };
     let report = recover(config, &recover_opts).await?;
     if report.dry_run {

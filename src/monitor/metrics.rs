@@ -107,6 +107,7 @@ struct Inner {
     checkpoint_file_index: IntGauge,
     runway_seconds: IntGauge,
     retention_seconds: IntGauge,
+    settings_problems: IntGauge,
     routed_to_sent: Histogram,
     sent_to_acked: Histogram,
     progress: Progress,
@@ -180,6 +181,7 @@ impl Default for Metrics {
             checkpoint_file_index: reg!("checkpoint_file_index", "Numeric suffix of the checkpoint's binlog file", IntGauge::default()),
             runway_seconds: reg!("retention_runway_seconds", "Seconds until the binlog file holding the checkpoint may be purged (-1: no expiry)", IntGauge::default()),
             retention_seconds: reg!("binlog_retention_seconds", "The server's binlog retention (0: none)", IntGauge::default()),
+            settings_problems: reg!("server_settings_problems", "Server settings the router depends on that are wrong right now (global binlog_format, binlog_row_image, binlog_row_metadata, log_bin), checked every monitor.interval_secs", IntGauge::default()),
             routed_to_sent: reg!("routed_to_sent_seconds", "Per transaction: routed until its records are handed to the producer (queueing in the router)", Histogram::new(exponential_buckets(0.0001, 2.0, 18))),
             sent_to_acked: reg!("sent_to_acked_seconds", "Per transaction: handed to the producer until Kafka acknowledged all its records", Histogram::new(exponential_buckets(0.0001, 2.0, 18))),
             progress: Progress::default(),
@@ -495,6 +497,7 @@ impl Metrics {
         i.runway_seconds.set(status.runway_secs.unwrap_or(-1));
         i.retention_seconds
             .set(status.retention_secs.unwrap_or(0) as i64);
+        i.settings_problems.set(status.server_settings.len() as i64);
         if let Some(age) = status.checkpoint_age_secs {
             i.checkpoint_age_seconds.set(age);
         }

@@ -80,6 +80,10 @@ pub struct Status {
     pub size_headroom_bytes: Option<i64>,
     /// The checkpoint's file is already gone.
     pub purged: bool,
+    /// Server settings the router depends on that are wrong now (a global
+    /// `binlog_format` set to MIXED while the router runs, …), each with its fix.
+    #[serde(default)]
+    pub server_settings: Vec<String>,
     /// The verdict.
     pub verdict: Verdict,
     /// Why the verdict is not ok.
@@ -150,6 +154,11 @@ pub async fn observe(
         size_limit_bytes,
         size_headroom_bytes: None,
         purged: false,
+        server_settings: server::settings_problems(conn)
+            .await?
+            .into_iter()
+            .map(|p| format!("{}: {}", p.what, p.fix))
+            .collect(),
         verdict: Verdict::Ok,
         reasons: Vec::new(),
         budget: None,
@@ -217,6 +226,11 @@ impl Status {
             .and_then(|l| l.not_ready_reason.clone());
         if let Some(why) = stalled {
             raise(Verdict::Warning, format!("not ready: {why}"));
+        }
+        for problem in &self.server_settings {
+            // New sessions log statements or lose columns: the router will stop at the
+            // first outbox write that reaches it that way.
+            raise(Verdict::Critical, format!("server setting: {problem}"));
         }
         if self.purged {
             raise(
@@ -377,6 +391,7 @@ mod tests {
             size_limit_bytes: None,
             size_headroom_bytes: None,
             purged: false,
+            server_settings: vec![],
             verdict: Verdict::Ok,
             reasons: vec![],
             budget: None,

@@ -27,8 +27,13 @@ pub enum PipelineError {
     BinlogFiltered { filters: Vec<String> },
     #[error("outbox table(s) not on the server: {}; names are case-sensitive and must exist before the router starts: fix outbox.tables (or use a pattern such as \"tenant_*.outbox\" for tables created later)", tables.join("; "))]
     OutboxTablesMissing { tables: Vec<String> },
-    #[error("{count} XA transaction(s) are prepared on the server (XA RECOVER) and not yet committed: their rows are logged at PREPARE, before this first start's position, and would never be published when they commit; commit or roll them back first, or start earlier (source.start = \"FILE:OFFSET\" before their PREPARE)")]
-    PreparedXa { count: u64 },
+    #[error("{} XA transaction(s) are prepared on the server (XA RECOVER: {}) and not yet committed: their rows are logged at PREPARE, before this first start's position, and would never be published when they commit; commit or roll them back first, or start earlier (source.start = \"FILE:OFFSET\" before their PREPARE)", xids.len(), xids.join(" "))]
+    PreparedXa { xids: Vec<String> },
+    #[error("`{command}` would move the checkpoint past {} prepared XA branch(es) (XA RECOVER: {}): their rows were logged at their XA PREPARE, before the new position, and would never be published when they commit; commit or roll them back first, or repeat with --ignore-prepared-xa (the router then stops at each one's XA COMMIT, naming it)", xids.len(), xids.join(" "))]
+    PreparedXaBlocksMove {
+        command: &'static str,
+        xids: Vec<String>,
+    },
     #[error("source.resume_by = \"gtid\" but checkpoint {checkpoint} has no GTID state: use resume_by = \"auto\" or \"position\"")]
     NoGtidToResumeBy { checkpoint: String },
     #[error("{0}")]
@@ -64,6 +69,8 @@ pub enum PipelineError {
     },
     #[error(transparent)]
     Lock(#[from] crate::ha::LockError),
+    #[error("the stop did not finish within pipeline.shutdown_timeout_secs = {secs} (Kafka or the server did not answer); nothing was lost: the checkpoint is the last durable one and what was not acknowledged is read again on the next start")]
+    StopTimedOut { secs: u64 },
     #[error("the router's {task} task ended unexpectedly: {reason} (a bug: please report it with the log)")]
     TaskFailed { task: &'static str, reason: String },
 }

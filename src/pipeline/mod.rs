@@ -23,7 +23,7 @@ use tracing::{error, info, warn};
 
 pub use error::PipelineError;
 pub(crate) use read::InvalidPolicy;
-pub use start::resume_by_gtid;
+pub use start::{refuse_move_past_prepared_xa, resume_by_gtid};
 
 use crate::checkpoint::CheckpointStore;
 use crate::config::Config;
@@ -106,9 +106,20 @@ pub async fn run(
             }
         }
     };
+    // One deadline over every wait of a stop (drains, admin calls, ListOffsets, marker
+    // reads, reconnects): each has its own timeout, some longer than the operator's.
+    let stop_timeout = Duration::from_secs(config.pipeline.shutdown_timeout_secs);
+    let stop_deadline = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(stop_timeout + STOP_GRACE).await;
+    };
     let result = tokio::select! {
         r = supervised => r,
         _ = watcher => Err(PipelineError::TaskFailed { task: "monitor", reason: "it returned".into() }),
+        _ = stop_deadline => {
+            error!(secs = config.pipeline.shutdown_timeout_secs, "stop did not finish in time: abandoning the waits still open; the checkpoint is the last durable one, what was not acknowledged is read again on the next start");
+            Err(PipelineError::StopTimedOut { secs: config.pipeline.shutdown_timeout_secs })
+        }
     };
     monitor_stop.cancel();
     if let Some(dir) = scratch {
@@ -117,6 +128,10 @@ pub async fn run(
     }
     result
 }
+
+/// Beyond `pipeline.shutdown_timeout_secs`, for the acker's own drain deadline (which
+/// says what it abandoned) to fire first.
+const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// What every run of the pipeline shares.
 #[derive(Clone, Copy)]

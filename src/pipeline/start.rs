@@ -38,9 +38,9 @@ pub(super) async fn start_position(
     }
     if config.source.start != StartFrom::Earliest || config.source.snapshot != SnapshotMode::Never {
         let prepared = server::prepared_xa(conn).await?;
-        if prepared > 0 {
+        if !prepared.is_empty() {
             return Err(PipelineError::PreparedXa {
-                count: prepared as u64,
+                xids: prepared.iter().map(ToString::to_string).collect(),
             });
         }
     }
@@ -159,4 +159,28 @@ pub(super) async fn check_outbox_tables(
         })
         .collect();
     Err(PipelineError::OutboxTablesMissing { tables })
+}
+
+/// Refuses an operator's move of the checkpoint (`command`) while XA branches are
+/// prepared on the server, unless `ignore`: their rows lie before any position taken
+/// now. With `ignore` the branches are named in the log, and the router stops at each
+/// one's `XA COMMIT` instead of claiming it was delivered.
+pub async fn refuse_move_past_prepared_xa(
+    conn: &mut mysql_async::Conn,
+    command: &'static str,
+    ignore: bool,
+) -> Result<(), PipelineError> {
+    let xids: Vec<String> = server::prepared_xa(conn)
+        .await?
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    match (xids.is_empty(), ignore) {
+        (true, _) => Ok(()),
+        (false, false) => Err(PipelineError::PreparedXaBlocksMove { command, xids }),
+        (false, true) => {
+            warn!(command, xids = %xids.join(" "), "moving the checkpoint past prepared XA branches (--ignore-prepared-xa): the router will stop at each one's XA COMMIT");
+            Ok(())
+        }
+    }
 }

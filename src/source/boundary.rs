@@ -106,7 +106,9 @@ pub enum Statement {
     XaRollback(Xid),
     /// `XA …` whose id is not in the binlog's form: an error, its rows could be lost.
     XaUnreadable,
-    /// `INSERT` / `REPLACE` / `UPDATE` / `DELETE` / `LOAD DATA` logged as a statement.
+    /// A data change logged as a statement: `INSERT` / `REPLACE` / `UPDATE` / `DELETE` /
+    /// `LOAD DATA`, a `SELECT` / `DO` / `CALL` of a stored routine (logged only because
+    /// it changed data), `WITH … UPDATE`, `CREATE TABLE … SELECT`.
     Dml,
     /// Anything else: DDL, `SET`, … (a transaction of its own outside a group).
     Other,
@@ -170,13 +172,68 @@ pub fn classify(sql: &[u8]) -> Statement {
         }
         _ if is(first, "SAVEPOINT") || is(first, "RELEASE") => Statement::Savepoint,
         _ if is(first, "XA") => classify_xa(rest),
-        _ if ["INSERT", "REPLACE", "UPDATE", "DELETE", "LOAD"]
-            .iter()
-            .any(|k| is(first, k)) =>
-        {
-            Statement::Dml
-        }
+        _ if DATA_CHANGING.iter().any(|k| is(first, k)) => Statement::Dml,
+        // `CREATE TABLE … SELECT` fills the table from a query; logged as rows, the
+        // server writes only the generated `CREATE TABLE` text.
+        _ if is(first, "CREATE") && creates_table_from_query(rest) => Statement::Dml,
         _ => Statement::Other,
+    }
+}
+
+/// First words of statements that change rows when the binlog holds them as text. A
+/// `SELECT` or `DO` appears in a binlog only when it calls a stored function that
+/// changed data (statement logging writes a `SET @v = f()` as `SELECT f()` too); `WITH`
+/// starts a CTE's `UPDATE` / `DELETE`; `CALL`, `VALUES`, `EXECUTE` and `HANDLER` are
+/// listed because no replica could tell what they touched if a server logged them.
+const DATA_CHANGING: [&str; 12] = [
+    "INSERT", "REPLACE", "UPDATE", "DELETE", "LOAD", "SELECT", "DO", "CALL", "WITH", "VALUES",
+    "EXECUTE", "HANDLER",
+];
+
+/// `[OR REPLACE] [TEMPORARY] TABLE … SELECT` after `CREATE` (not a view or trigger,
+/// whose bodies hold queries that run later).
+fn creates_table_from_query(mut rest: &[u8]) -> bool {
+    loop {
+        let (w, after) = word(rest);
+        if is(w, "OR") || is(w, "REPLACE") || is(w, "TEMPORARY") {
+            rest = after;
+        } else {
+            return is(w, "TABLE") && has_bare_word(after, "SELECT");
+        }
+    }
+}
+
+/// True when `word` occurs outside quotes and comments (case-insensitive).
+fn has_bare_word(sql: &[u8], word: &str) -> bool {
+    let mut s = sql;
+    loop {
+        s = skip_blank(s);
+        let Some(&first) = s.first() else {
+            return false;
+        };
+        if matches!(first, b'\'' | b'"' | b'`') {
+            // A quoted name or literal: skip to its closing quote (doubled quotes and
+            // backslash escapes stay inside).
+            let mut i = 1;
+            while i < s.len() {
+                match s[i] {
+                    b'\\' if first != b'`' => i += 2,
+                    q if q == first && s.get(i + 1) == Some(&first) => i += 2,
+                    q if q == first => break,
+                    _ => i += 1,
+                }
+            }
+            s = s.get(i + 1..).unwrap_or_default();
+            continue;
+        }
+        let (w, rest) = self::word(s);
+        if w.is_empty() {
+            s = &s[1..];
+        } else if is(w, word) {
+            return true;
+        } else {
+            s = rest;
+        }
     }
 }
 
@@ -481,6 +538,37 @@ mod tests {
         let mut bad = prepare_body(false, b"g", b"b");
         bad[5..9].copy_from_slice(&u32::MAX.to_le_bytes());
         assert_eq!(Xid::from_prepare_event(&bad), None);
+    }
+
+    #[test]
+    fn every_data_change_logged_as_text_is_dml() {
+        for sql in [
+            "INSERT INTO orders_t VALUES (1)",
+            "LOAD DATA LOCAL INFILE '/tmp/x' INTO TABLE `outbox`",
+            "SELECT `shop`.`add_event`(1)",
+            "DO shop.f()",
+            "WITH x AS (SELECT 1) UPDATE t JOIN x SET t.a = 1",
+            "UPDATE a, b SET a.x = 1, b.y = 2",
+            "DELETE a FROM a JOIN b USING (id)",
+            "CREATE TABLE t2 AS SELECT * FROM t",
+            "create or replace temporary table t2 select 1",
+            "/*!40000 REPLACE INTO t VALUES (1) */",
+        ] {
+            assert_eq!(classify(sql.as_bytes()), Statement::Dml, "{sql}");
+        }
+        for sql in [
+            // CREATE TABLE … SELECT logged as rows: the server writes the generated DDL.
+            "CREATE TABLE `ctas` (\n  `id` int(11) NOT NULL\n)",
+            "CREATE TABLE t (a VARCHAR(10) DEFAULT 'select', `select` INT)",
+            "CREATE TABLE t (a INT) COMMENT \"it's a select\"",
+            "CREATE VIEW v AS SELECT * FROM outbox",
+            "CREATE DEFINER=`root`@`%` TRIGGER tr AFTER INSERT ON t FOR EACH ROW INSERT INTO outbox SELECT 1",
+            "ALTER TABLE t ADD COLUMN c INT",
+            "SET PASSWORD FOR 'a'@'%' = 'x'",
+            "TRUNCATE TABLE t",
+        ] {
+            assert_eq!(classify(sql.as_bytes()), Statement::Other, "{sql}");
+        }
     }
 
     #[test]

@@ -41,12 +41,22 @@ pub enum SourceError {
     Purged { needed: String, oldest: String },
     #[error("binlog event at {position} cannot be accounted for: {reason}; the router stops rather than risk skipping outbox rows; check the server's settings (`outbox-router validate`); after deciding it holds no outbox rows, move past it with `checkpoint set`")]
     Unaccountable { position: String, reason: String },
-    #[error("outbox table {table} changed by a statement-logged {statement:?} at {position} (binlog_format=STATEMENT or MIXED in that session): the binlog holds no rows to publish; set binlog_format=ROW globally and for every writer session; recover these rows with `outbox-router recover`")]
+    #[error("a data change logged as a statement at {position}: {statement:?}{names}. The binlog holds no rows for it, and a statement can write an outbox table it does not name (triggers, stored functions, views, foreign-key cascades), so the router stops rather than risk skipping outbox rows. Fix the cause: binlog_format=ROW in my.cnf and SET GLOBAL binlog_format=ROW, and keep SUPER / BINLOG ADMIN (needed to change a session's binlog_format) from the services that write. Then, if the statement wrote outbox rows, publish them from the table with their event ids (`outbox-router replay --ids …`, or `recover`) and move past it with `outbox-router checkpoint set` to the end of its transaction (SHOW BINLOG EVENTS)")]
     StatementLogged {
-        table: String,
+        /// `; it names outbox table db.t` when the text does.
+        names: String,
         position: String,
         statement: String,
     },
+    #[error("the server's settings changed under the router: outbox table {table} at {position}: {what}. This is not a bad row, so `on_invalid` does not apply: the router stops before it. Fix: {fix}; rows written meanwhile lack what the router needs: publish them from the table (`outbox-router replay` / `recover`) and move past them with `checkpoint set`")]
+    SettingChanged {
+        table: String,
+        position: String,
+        what: String,
+        fix: &'static str,
+    },
+    #[error("XA COMMIT of branch {xid} at {position}, whose XA PREPARE (which holds its rows) the router never read: the checkpoint was moved past it while it was prepared (`checkpoint set`, `recover`, `import-debezium` with --ignore-prepared-xa, or a checkpoint from before XA support). Its rows were not delivered. Set the checkpoint to a position before its XA PREPARE (find it with SHOW BINLOG EVENTS or mariadb-binlog) and start again; or publish its rows from the table with `outbox-router replay --ids …` and move past this commit with `checkpoint set`")]
+    XaNotSeen { xid: String, position: String },
     #[error("rows of outbox table {table} in a transaction that ended in ROLLBACK at {position}: they never committed and are not published, but their transaction also changed non-transactional tables, which the outbox pattern cannot make atomic; keep the outbox and the business tables on InnoDB; after checking, move past it with `checkpoint set`")]
     RolledBack { table: String, position: String },
     #[error("the transaction starting at {position} has more than {limit} bytes of outbox rows (source.max_transaction_bytes): the router stops rather than split or drop it; raise or remove the limit (without one, large transactions stream)")]
@@ -86,6 +96,8 @@ impl SourceError {
             SourceError::Decode { .. }
             | SourceError::Unaccountable { .. }
             | SourceError::StatementLogged { .. }
+            | SourceError::SettingChanged { .. }
+            | SourceError::XaNotSeen { .. }
             | SourceError::RolledBack { .. }
             | SourceError::TransactionTooLarge { .. }
             | SourceError::Refused { .. }
@@ -186,6 +198,9 @@ pub async fn connect_as(
         .user(Some(user.to_string()))
         .pass(password.as_ref().map(|p| p.expose().to_string()))
         .prefer_socket(false)
+        // One time zone for every read: DATETIME columns are taken as UTC by the
+        // stream, and the table reads' FROM_UNIXTIME / UNIX_TIMESTAMP must agree.
+        .init(vec!["SET time_zone = '+00:00'"])
         .ssl_opts(ssl_opts(cfg));
     let secs = cfg.connect_timeout_secs.max(1);
     match tokio::time::timeout(Duration::from_secs(secs), Conn::new(opts)).await {

@@ -273,13 +273,17 @@ impl BinlogReader {
                 self.apply(step, event_end, header.timestamp())?;
             }
             EventType::TRANSACTION_PAYLOAD_EVENT => {
-                // mysql_async expands the payload into the events that follow, but drops
-                // one it cannot parse without a word: that would lose the transaction.
-                event
+                // mysql_async expands the payload into the events that follow, but a
+                // payload that does not decompress to its stated size becomes no events
+                // at all, without a word: the transaction would be skipped.
+                let payload = event
                     .read_event::<TransactionPayloadEvent<'_>>()
                     .map_err(|e| {
                         self.decode_error(event_end, format!("compressed transaction: {e}"))
                     })?;
+                check_payload(&payload).map_err(|e| {
+                    self.decode_error(event_end, format!("compressed transaction: {e}"))
+                })?;
                 self.payload_end = Some(event_end);
             }
             EventType::TABLE_MAP_EVENT => self.table_map(&event, event_end)?,
@@ -307,16 +311,28 @@ impl BinlogReader {
                 let xa_start = super::boundary::classify(sql) == super::boundary::Statement::XaStart;
                 let step = self.boundaries.step(&Boundary::Query(sql));
                 if step == Step::StatementDml {
-                    self.statement_dml(sql, &q.schema(), event_end)?;
-                    if self.boundaries.in_group() {
-                        return Ok(None);
-                    }
-                    return Ok(Some(self.commit(event_end, header.timestamp())));
+                    return Err(self.statement_logged(sql, &q.schema(), event_end));
                 }
                 let done = self.apply(step, event_end, header.timestamp());
                 // MySQL opens an XA branch's group with `XA START` (MariaDB flags its GTID).
                 self.group.xa |= xa_start;
                 return done;
+            }
+            // LOAD DATA logged as a statement: the file travels in blocks, then the
+            // statement that loads it. No rows: a replica re-runs it.
+            EventType::BEGIN_LOAD_QUERY_EVENT | EventType::APPEND_BLOCK_EVENT => {}
+            EventType::EXECUTE_LOAD_QUERY_EVENT => {
+                let Some(EventData::ExecuteLoadQueryEvent(q)) = self.read(&event, event_end)? else {
+                    return Err(self.decode_error(event_end, "EXECUTE_LOAD_QUERY event did not decode"));
+                };
+                return Err(self.statement_logged(q.query_raw(), &q.schema(), event_end));
+            }
+            // LOAD DATA as servers before MySQL 5.0.3 logged it.
+            EventType::LOAD_EVENT
+            | EventType::NEW_LOAD_EVENT
+            | EventType::CREATE_FILE_EVENT
+            | EventType::EXEC_LOAD_EVENT => {
+                return Err(self.statement_logged(b"LOAD DATA (pre-5.0 load event)", "", event_end));
             }
             EventType::PRE_GA_WRITE_ROWS_EVENT
             | EventType::PRE_GA_UPDATE_ROWS_EVENT
@@ -405,10 +421,18 @@ impl BinlogReader {
                         }
                     }
                     // A checkpoint never passes an unresolved PREPARE, and a first start
-                    // refuses to begin while branches are prepared (`server::prepared_xa`):
-                    // a branch prepared before the start was resolved and delivered before.
+                    // or an operator's move refuses while branches are prepared: a
+                    // commit of a branch the reader never saw prepared means its rows
+                    // were never read (a move forced past it, a checkpoint from before
+                    // XA support). Nothing says they were delivered.
+                    None if commit => {
+                        return Err(SourceError::XaNotSeen {
+                            xid: xid.to_string(),
+                            position: position(),
+                        })
+                    }
                     None => {
-                        tracing::info!(%xid, position = %position(), commit, "XA branch prepared before the start position: already delivered")
+                        tracing::info!(%xid, position = %position(), "XA ROLLBACK of a branch prepared before the start position: nothing to publish")
                     }
                 }
             }
@@ -422,19 +446,22 @@ impl BinlogReader {
         Ok(Some(self.commit(event_end, timestamp_secs)))
     }
 
-    /// A DML statement in the binlog as text: its rows are not there to publish.
-    fn statement_dml(&self, sql: &[u8], schema: &str, event_end: u64) -> Result<(), SourceError> {
-        for table in statement_tables(sql, schema) {
-            if self.watched.iter().any(|p| p.matches(&table)) {
-                let text = String::from_utf8_lossy(sql);
-                return Err(SourceError::StatementLogged {
-                    table,
-                    position: format!("{}:{}", self.at.file, event_end),
-                    statement: text.chars().take(200).collect(),
-                });
-            }
+    /// A data change in the binlog as text: its rows are not there to publish, and no
+    /// statement text can prove it left the outbox alone (a trigger, stored function,
+    /// view or foreign-key cascade writes tables the statement does not name).
+    fn statement_logged(&self, sql: &[u8], schema: &str, event_end: u64) -> SourceError {
+        let outbox = statement_tables(sql, schema)
+            .into_iter()
+            .find(|t| self.watched.iter().any(|p| p.matches(t)));
+        let text = String::from_utf8_lossy(sql);
+        SourceError::StatementLogged {
+            names: match outbox {
+                Some(table) => format!("; it names outbox table {table}"),
+                None => String::new(),
+            },
+            position: format!("{}:{}", self.at.file, event_end),
+            statement: text.chars().take(200).collect(),
         }
-        Ok(())
     }
 
     /// Ends a group at `end`. The transaction's checkpoint is `end`, unless a prepared
@@ -518,6 +545,15 @@ impl BinlogReader {
         let layout = if self.watched.iter().any(|p| p.matches(&name)) {
             let layout = TableLayout::new(Arc::new(table), &tme)
                 .map_err(|e| self.decode_error(event_end, format!("table map of {name}: {e}")))?;
+            // A server setting, not a row's data: no per-row policy may apply to it.
+            if !layout.has_column_names() {
+                return Err(SourceError::SettingChanged {
+                    table: name,
+                    position: format!("{}:{}", self.at.file, event_end),
+                    what: "its TABLE_MAP carries no column names (binlog_row_metadata is not FULL for the session or server that wrote it)".into(),
+                    fix: "SET GLOBAL binlog_row_metadata=FULL and set it in my.cnf",
+                });
+            }
             Some(Arc::new(layout))
         } else {
             None
@@ -548,6 +584,21 @@ impl BinlogReader {
                 ))
             }
         };
+        let inserts = matches!(
+            rows,
+            RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_)
+        );
+        if inserts {
+            let missing = layout.columns_not_in(&rows);
+            if !missing.is_empty() {
+                return Err(SourceError::SettingChanged {
+                    table: layout.table.to_string(),
+                    position: format!("{}:{}", self.at.file, event_end),
+                    what: format!("an INSERT's row image lacks column(s) {} (binlog_row_image is MINIMAL or NOBLOB in the writer's session: columns that took their default are left out)", missing.join(", ")),
+                    fix: "SET GLOBAL binlog_row_image=FULL, set it in my.cnf, and keep writers from changing it per session",
+                });
+            }
+        }
         let size = event.data().len() as u64;
         self.group.bytes += size;
         self.group.pending_bytes += size;
@@ -584,6 +635,24 @@ impl BinlogReader {
     }
 }
 
+/// Decompresses a MySQL transaction payload as a stream, counting (not keeping) its
+/// bytes: an error, or a size other than its header's, means mysql_async produced no
+/// events (or not all of them) from it.
+fn check_payload(payload: &TransactionPayloadEvent<'_>) -> Result<(), String> {
+    let mut reader = payload
+        .decompressed()
+        .map_err(|e| format!("does not decompress: {e}"))?;
+    let size = std::io::copy(&mut reader, &mut std::io::sink())
+        .map_err(|e| format!("does not decompress: {e}"))?;
+    if size != payload.uncompressed_size() {
+        return Err(format!(
+            "decompresses to {size} bytes, its header says {}",
+            payload.uncompressed_size()
+        ));
+    }
+    Ok(())
+}
+
 /// `SET @variable=value` (`statement` without the value) with a value known only at run
 /// time; errors name the statement, not the value.
 async fn set_variable(
@@ -603,4 +672,35 @@ async fn exec(conn: &mut Conn, sql: &'static str) -> Result<(), SourceError> {
     conn.query_drop(sql)
         .await
         .map_err(|source| SourceError::Query { query: sql, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mysql_common::binlog::consts::TransactionPayloadCompressionType as Compression;
+
+    fn payload(compressed: &[u8], stated: u64) -> TransactionPayloadEvent<'static> {
+        TransactionPayloadEvent::new(
+            compressed.len() as u64,
+            Compression::ZSTD,
+            stated,
+            compressed.to_vec(),
+        )
+    }
+
+    #[test]
+    fn payloads_must_decompress_to_their_stated_size() {
+        let events = vec![7u8; 10_000];
+        let zstd = zstd::encode_all(&events[..], 3).unwrap();
+        assert_eq!(check_payload(&payload(&zstd, 10_000)), Ok(()));
+        let short = check_payload(&payload(&zstd, 10_001)).unwrap_err();
+        assert!(
+            short.contains("10000 bytes, its header says 10001"),
+            "{short}"
+        );
+        let garbage = check_payload(&payload(b"not zstd at all", 100)).unwrap_err();
+        assert!(garbage.contains("does not decompress"), "{garbage}");
+        let cut = check_payload(&payload(&zstd[..zstd.len() / 2], 10_000));
+        assert!(cut.is_err(), "a truncated payload passed");
+    }
 }

@@ -77,6 +77,29 @@ impl TableLayout {
         })
     }
 
+    /// False when the server sent no column names (`binlog_row_metadata=MINIMAL`).
+    pub fn has_column_names(&self) -> bool {
+        !self.names.is_empty() && self.names.iter().all(|n| !n.is_empty())
+    }
+
+    /// Names of the table's columns the rows event's after image leaves out (an image
+    /// other than FULL); the 1-based position where a name is unknown.
+    pub fn columns_not_in(&self, rows: &RowsEventData<'_>) -> Vec<String> {
+        let Some(bits) = rows.columns_after_image() else {
+            return Vec::new();
+        };
+        let present = self.image_columns(bits).present;
+        present
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !**p)
+            .map(|(i, _)| match self.names.get(i) {
+                Some(n) if !n.is_empty() => n.clone(),
+                _ => format!("@{}", i + 1),
+            })
+            .collect()
+    }
+
     /// Decodes every row of a rows event: for inserts the after images, for updates and
     /// deletes only their count (an outbox publishes inserts; the rest is counted).
     pub fn rows(&self, rows: &RowsEventData<'_>) -> io::Result<Rows> {
@@ -151,7 +174,13 @@ impl TableLayout {
                     column.unsigned,
                     is_partial,
                 );
-                buf.parse::<BinlogValue<'_>>(ctx)?.into_owned()
+                let value = buf.parse::<BinlogValue<'_>>(ctx)?.into_owned();
+                match column.ty {
+                    ColumnType::MYSQL_TYPE_TIMESTAMP | ColumnType::MYSQL_TYPE_TIMESTAMP2 => {
+                        timestamp_as_utc(value)?
+                    }
+                    _ => value,
+                }
             };
             image_idx += 1;
             values.push(Some(value));
@@ -178,6 +207,52 @@ pub struct Rows {
     pub inserted: Vec<RowImage>,
     /// Updated or deleted rows.
     pub other: usize,
+}
+
+/// A TIMESTAMP as a UTC date and time, like a DATETIME read in a `+00:00` session (the
+/// table reads' time zone): mysql_common hands it over as epoch seconds, an integer
+/// (TIMESTAMP) or text with microseconds (TIMESTAMP2), which no later stage can tell
+/// from a number column.
+fn timestamp_as_utc(value: BinlogValue<'static>) -> io::Result<BinlogValue<'static>> {
+    let (secs, micros) = match &value {
+        BinlogValue::Value(Value::Int(s)) => (*s, 0),
+        BinlogValue::Value(Value::Bytes(text)) => {
+            let text = std::str::from_utf8(text).map_err(invalid)?;
+            let (s, us) = text.split_once('.').unwrap_or((text, "0"));
+            (s.parse().map_err(invalid)?, us.parse().map_err(invalid)?)
+        }
+        _ => return Ok(value),
+    };
+    // MySQL's zero TIMESTAMP ('0000-00-00 00:00:00') is stored as 0.
+    if secs == 0 && micros == 0 {
+        return Ok(BinlogValue::Value(Value::Date(0, 0, 0, 0, 0, 0, 0)));
+    }
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    let y = u16::try_from(y).map_err(invalid)?;
+    Ok(BinlogValue::Value(Value::Date(
+        y,
+        m,
+        d,
+        (rest / 3600) as u8,
+        (rest % 3600 / 60) as u8,
+        (rest % 60) as u8,
+        micros,
+    )))
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's
+/// algorithm).
+fn civil_from_days(z: i64) -> (i64, u8, u8) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u8;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// Bit `i` of a little-endian bitmap, as the binlog writes them.
@@ -227,6 +302,29 @@ impl RowImage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timestamps_become_utc_dates() {
+        let date = |v| match timestamp_as_utc(BinlogValue::Value(v)).unwrap() {
+            BinlogValue::Value(d) => d,
+            other => panic!("{other:?}"),
+        };
+        // 2024-02-29 12:30:01.250 UTC
+        assert_eq!(
+            date(Value::Bytes(b"1709209801.250000".to_vec())),
+            Value::Date(2024, 2, 29, 12, 30, 1, 250_000)
+        );
+        assert_eq!(
+            date(Value::Int(1_709_209_801)),
+            Value::Date(2024, 2, 29, 12, 30, 1, 0)
+        );
+        assert_eq!(
+            date(Value::Int(2_147_483_647)),
+            Value::Date(2038, 1, 19, 3, 14, 7, 0)
+        );
+        assert_eq!(date(Value::Int(0)), Value::Date(0, 0, 0, 0, 0, 0, 0));
+        assert!(timestamp_as_utc(BinlogValue::Value(Value::Bytes(b"x".to_vec()))).is_err());
+    }
 
     #[test]
     fn bitmaps_are_little_endian_per_byte() {

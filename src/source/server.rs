@@ -289,11 +289,21 @@ pub async fn matching_tables(
         .collect())
 }
 
-/// Prepared XA branches on the server (`XA RECOVER`): a first start at the current
-/// position would never see their rows, which are logged at PREPARE.
-pub async fn prepared_xa(conn: &mut Conn) -> Result<usize, SourceError> {
-    let rows: Vec<Row> = query(conn, "XA RECOVER").await?;
-    Ok(rows.len())
+/// Prepared XA branches on the server (`XA RECOVER`), by id: a start or a checkpoint
+/// moved to the current position would never see their rows, which are logged at
+/// PREPARE.
+pub async fn prepared_xa(conn: &mut Conn) -> Result<Vec<super::Xid>, SourceError> {
+    let rows: Vec<(i64, usize, usize, Vec<u8>)> = query(conn, "XA RECOVER").await?;
+    Ok(rows
+        .into_iter()
+        .map(|(format_id, gtrid_len, bqual_len, data)| {
+            let gtrid = data.get(..gtrid_len).unwrap_or(&data);
+            let bqual = data
+                .get(gtrid_len..gtrid_len.saturating_add(bqual_len))
+                .unwrap_or_default();
+            super::Xid::new(format_id, gtrid, bqual)
+        })
+        .collect())
 }
 
 /// The outbox table list as the server sees it.

@@ -22,6 +22,7 @@ mod outage;
 mod rows;
 mod security;
 mod signals;
+mod silent_paths;
 mod standby;
 mod topics;
 mod util;
@@ -447,7 +448,7 @@ async fn unroutable_row_stops_with_position_and_event_id() {
 }
 
 /// Restores a global variable (value as an SQL literal) when dropped, even if the test fails.
-struct RestoreGlobal(&'static str, String);
+pub(crate) struct RestoreGlobal(pub(crate) &'static str, pub(crate) String);
 
 impl Drop for RestoreGlobal {
     fn drop(&mut self) {

@@ -267,6 +267,8 @@ pub struct RouterSetup {
     pub extra_toml: String,
     /// Extra keys of the [outbox] section.
     pub outbox_toml: String,
+    /// Extra keys of the [outbox.columns] section.
+    pub columns_toml: String,
     /// Extra keys of the [source] section.
     pub source_toml: String,
     /// Extra keys of the [pipeline] section.
@@ -291,6 +293,7 @@ impl RouterSetup {
             kafka_properties: Vec::new(),
             extra_toml: String::new(),
             outbox_toml: String::new(),
+            columns_toml: String::new(),
             source_toml: String::new(),
             pipeline_toml: String::new(),
             kafka_bootstrap: kafka_bootstrap(),
@@ -340,6 +343,7 @@ aggregate_type = "aggregate_type"
 aggregate_id = "aggregate_id"
 event_type = "event_type"
 payload = "payload"
+{columns_extra}
 
 [route]
 topic = "{prefix}.${{routedByValue}}"
@@ -370,6 +374,7 @@ interval_secs = 1
                 format!("127.0.0.1:{}", self.monitor_port)
             },
             outbox_extra = self.outbox_toml,
+            columns_extra = self.columns_toml,
             source_extra = self.source_toml,
             pipeline_extra = self.pipeline_toml,
             kafka_properties = self

@@ -1,0 +1,432 @@
+//! The silent paths of issue #21, each on the real server: outbox rows that reach the
+//! table through a statement the binlog holds as text (a trigger under STATEMENT or a
+//! global MIXED set at run time, LOAD DATA), server settings changed under a running
+//! router (column names, row image), and an XA branch whose PREPARE an operator's move
+//! put behind the checkpoint. Before the fixes each one was skipped with the checkpoint
+//! moving past it; now each stops the router naming the position and the fix.
+//!
+//! Every test is exclusive (`SERVER_SETTINGS.write()`): a statement-logged change stops
+//! every router that reads it, and global settings and prepared branches are shared.
+
+use std::process::Command;
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+
+use crate::binlog_shapes::{insert_sql, sql};
+use crate::util::*;
+use crate::{metric, RestoreGlobal};
+
+/// A business table whose AFTER INSERT trigger writes the outbox: the binlog of a
+/// statement-logged INSERT names only the business table.
+async fn trigger_table(conn: &mut Conn, db: &str) {
+    sql(
+        conn,
+        &[
+            format!("CREATE TABLE {db}.orders_t (id INT PRIMARY KEY)"),
+            format!(
+                "CREATE TRIGGER {db}.orders_ai AFTER INSERT ON {db}.orders_t FOR EACH ROW \
+                 INSERT INTO {db}.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+                 VALUES (CONCAT('trg-', NEW.id), 'Order', 'o-1', 'OrderPlaced', '{{}}')"
+            ),
+        ],
+    )
+    .await;
+}
+
+/// The router's checkpoint is before `position` (FILE, OFFSET): nothing was skipped.
+fn assert_checkpoint_before(setup: &RouterSetup, position: &(String, u64), log: &str) {
+    let cp = setup.checkpoint().expect("a checkpoint");
+    assert!(
+        cp.0 < position.0 || (cp.0 == position.0 && cp.1 <= position.1),
+        "checkpoint {cp:?} moved past the unpublished write at {position:?}\n{log}"
+    );
+}
+
+/// A trigger fired by a statement-logged INSERT on a business table writes the outbox;
+/// the statement names no outbox table, yet the router must stop (it did not: the row
+/// was skipped and the checkpoint moved on). Then the same through a global
+/// `binlog_format=MIXED` set while the router runs: `/metrics` and the log report the
+/// setting within a monitor interval, and the next trigger write stops the router.
+#[tokio::test(flavor = "multi_thread")]
+async fn trigger_writes_logged_as_statements_stop_the_router() {
+    let _settings = SERVER_SETTINGS.write().await;
+    let (mut conn, mut setup) = fresh("trg_stmt").await;
+    let db = setup.db.clone();
+    trigger_table(&mut conn, &db).await;
+    setup.start_here(&mut conn).await;
+    let topics = vec![setup.topic("Order")];
+    let mut router = setup.start_router();
+    sql(
+        &mut conn,
+        &[format!("INSERT INTO {db}.orders_t VALUES (1)")],
+    )
+    .await;
+    wait_for_count(&topics, 1, Duration::from_secs(30));
+
+    let before = binlog_position(&mut conn).await;
+    sql(
+        &mut conn,
+        &[
+            "SET SESSION binlog_format = 'STATEMENT'".into(),
+            format!("INSERT INTO {db}.orders_t VALUES (2)"),
+        ],
+    )
+    .await;
+    let log = router.expect_failure("a trigger's outbox row under statement logging");
+    assert!(
+        log.contains("a data change logged as a statement at mysql-bin.")
+            && log.contains(&format!("INSERT INTO {db}.orders_t VALUES (2)"))
+            && log.contains("binlog_format=ROW"),
+        "{log}"
+    );
+    assert_checkpoint_before(&setup, &before, &log);
+    assert_eq!(count(&topics), 1, "trg-2 cannot have been published");
+
+    // Past it by hand (the operator's move after publishing trg-2 another way), then a
+    // global MIXED while the router runs.
+    drop(conn);
+    let mut conn = app_conn().await;
+    sql(
+        &mut conn,
+        &[format!("INSERT INTO {db}.orders_t VALUES (3)")],
+    )
+    .await;
+    let (file, offset) = binlog_position(&mut conn).await;
+    let out = setup.cli(&["checkpoint", "set", &format!("{file}:{offset}")]);
+    assert!(out.status.success(), "{out:?}");
+    let mut router = setup.start_router();
+    wait_http_ok(setup.monitor_port, "/ready", Duration::from_secs(30)).await;
+    let _restore = RestoreGlobal("binlog_format", "'ROW'".into());
+    sql(&mut conn, &["SET GLOBAL binlog_format = 'MIXED'".into()]).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, text) = http_get(setup.monitor_port, "/metrics").await;
+        if metric(&text, "outbox_router_server_settings_problems") >= 1.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the global MIXED format was not reported:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(
+        router
+            .log()
+            .contains("binlog_format is MIXED, the router needs ROW"),
+        "no log line names the setting:\n{}",
+        router.log()
+    );
+    // A new session logs the trigger's INSERT as a statement.
+    let mut writer = app_conn().await;
+    sql(
+        &mut writer,
+        &[format!("INSERT INTO {db}.orders_t VALUES (4)")],
+    )
+    .await;
+    let log = router.expect_failure("a trigger write under a global MIXED format");
+    assert!(
+        log.contains(&format!("INSERT INTO {db}.orders_t VALUES (4)")),
+        "{log}"
+    );
+    println!("trigger under STATEMENT and MIXED: stopped at both, checkpoint before each");
+}
+
+/// `LOAD DATA LOCAL INFILE … INTO TABLE outbox` in a statement-logged session arrives as
+/// BEGIN_LOAD_QUERY / EXECUTE_LOAD_QUERY events, which the reader ignored.
+#[tokio::test(flavor = "multi_thread")]
+async fn load_data_logged_as_a_statement_stops_the_router() {
+    let _settings = SERVER_SETTINGS.write().await;
+    let (mut conn, setup) = fresh("load_stmt").await;
+    let db = setup.db.clone();
+    let topics = vec![setup.topic("Order")];
+    let mut router = setup.start_router();
+    sql(&mut conn, &[insert_sql(&db, "row-logged")]).await;
+    wait_for_count(&topics, 1, Duration::from_secs(30));
+    let before = binlog_position(&mut conn).await;
+
+    let file = setup.dir.path().join("events.tsv");
+    std::fs::write(&file, "ld-1\tOrder\to-1\tT\t{}\nld-2\tOrder\to-2\tT\t{}\n").unwrap();
+    let local = std::env::var("OUTBOX_LOCAL_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join(".local"));
+    let status = Command::new("mariadb")
+        .arg(format!(
+            "--defaults-file={}",
+            local.join("mariadb/my.cnf").display()
+        ))
+        .args(["-uroot", "--local-infile=1", "-e"])
+        .arg(format!(
+            "SET SESSION binlog_format = 'STATEMENT'; LOAD DATA LOCAL INFILE '{}' INTO TABLE {db}.outbox (event_id, aggregate_type, aggregate_id, event_type, payload)",
+            file.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success(), "LOAD DATA failed");
+    let rows: u64 = conn
+        .query_first(format!("SELECT COUNT(*) FROM {db}.outbox"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rows, 3, "the load wrote its rows");
+
+    let log = router.expect_failure("LOAD DATA under statement logging");
+    assert!(
+        log.contains("a data change logged as a statement at mysql-bin.")
+            && log.contains("LOAD DATA LOCAL INFILE")
+            && log.contains(&format!("it names outbox table {db}.outbox")),
+        "{log}"
+    );
+    assert_checkpoint_before(&setup, &before, &log);
+}
+
+/// `binlog_row_metadata=MINIMAL` set at run time: the rows carry no column names. Under
+/// `on_invalid = "dead-letter"` every good row went to the dead-letter topic as invalid
+/// and the router went on; a server setting is not a row's data: it stops, nothing is
+/// dead-lettered.
+#[tokio::test(flavor = "multi_thread")]
+async fn row_metadata_changed_at_runtime_stops_whatever_the_policy() {
+    let _settings = SERVER_SETTINGS.write().await;
+    let (mut conn, mut setup) = fresh("meta_min").await;
+    let db = setup.db.clone();
+    let dlq = format!("it.{db}.dlq");
+    setup.outbox_toml = format!("on_invalid = \"dead-letter\"\ndead_letter_topic = \"{dlq}\"\n");
+    let topics = vec![setup.topic("Order")];
+    let mut router = setup.start_router();
+    sql(&mut conn, &[insert_sql(&db, "good-1")]).await;
+    wait_for_count(&topics, 1, Duration::from_secs(30));
+
+    let _restore = RestoreGlobal("binlog_row_metadata", "'FULL'".into());
+    sql(
+        &mut conn,
+        &["SET GLOBAL binlog_row_metadata = 'MINIMAL'".into()],
+    )
+    .await;
+    let before = binlog_position(&mut conn).await;
+    let mut writer = app_conn().await;
+    sql(&mut writer, &[insert_sql(&db, "good-2")]).await;
+    let log = router.expect_failure("a row without column names");
+    assert!(
+        log.contains("the server's settings changed under the router")
+            && log.contains("carries no column names")
+            && log.contains("binlog_row_metadata=FULL"),
+        "{log}"
+    );
+    assert_checkpoint_before(&setup, &before, &log);
+    assert_eq!(count(&[dlq]), 0, "a good row was dead-lettered");
+}
+
+/// `binlog_row_image=MINIMAL` in a writer's session leaves columns that took a constant
+/// default out of the INSERT image (here `region`, mapped to a header); a mapped
+/// optional column then vanished silently. Under `on_invalid = "skip"` the router stops
+/// all the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn minimal_row_image_stops_whatever_the_policy() {
+    let _settings = SERVER_SETTINGS.write().await;
+    let (mut conn, mut setup) = fresh("image_min").await;
+    let db = setup.db.clone();
+    sql(
+        &mut conn,
+        &[format!(
+            "ALTER TABLE {db}.outbox ADD COLUMN region VARCHAR(8) NOT NULL DEFAULT 'eu'"
+        )],
+    )
+    .await;
+    setup.start_here(&mut conn).await;
+    setup.outbox_toml = "on_invalid = \"skip\"\n".into();
+    let topics = vec![setup.topic("Order")];
+    let mut router = setup.start_router();
+    sql(&mut conn, &[insert_sql(&db, "full-1")]).await;
+    wait_for_count(&topics, 1, Duration::from_secs(30));
+    let before = binlog_position(&mut conn).await;
+    sql(
+        &mut conn,
+        &[
+            "SET SESSION binlog_row_image = 'MINIMAL'".into(),
+            insert_sql(&db, "minimal-1"),
+        ],
+    )
+    .await;
+    let log = router.expect_failure("an INSERT image without every column");
+    assert!(
+        log.contains("lacks column(s) region") && log.contains("binlog_row_image=FULL"),
+        "{log}"
+    );
+    assert_checkpoint_before(&setup, &before, &log);
+    assert_eq!(count(&topics), 1);
+}
+
+/// An XA branch prepared, the checkpoint moved to the server's current position, then
+/// `XA COMMIT`: the router logged "already delivered" and never published the row.
+/// Moves refuse while branches are prepared (naming them); forced past, the router
+/// stops at the commit naming the branch.
+#[tokio::test(flavor = "multi_thread")]
+async fn moves_past_a_prepared_xa_branch_are_refused_or_stop_at_its_commit() {
+    let _settings = SERVER_SETTINGS.write().await;
+    let (mut conn, setup) = fresh("xa_move").await;
+    let db = setup.db.clone();
+    let topics = vec![setup.topic("Order")];
+    let mut router = setup.start_router();
+    sql(&mut conn, &[insert_sql(&db, "plain-1")]).await;
+    let log = drain_and_stop(&mut router, &topics, 1);
+
+    let gtrid = format!("{db}-a");
+    // A branch left prepared by a failing run would refuse every later first start.
+    let _rollback = RollbackIfPrepared(gtrid.clone());
+    let hex: String = gtrid.bytes().map(|b| format!("{b:02x}")).collect();
+    let xid = format!("X'{hex}',X'',1");
+    sql(
+        &mut conn,
+        &[
+            format!("XA START '{gtrid}'"),
+            insert_sql(&db, "xa-1"),
+            format!("XA END '{gtrid}'"),
+            format!("XA PREPARE '{gtrid}'"),
+        ],
+    )
+    .await;
+    let (file, offset) = binlog_position(&mut conn).await;
+    let here = format!("{file}:{offset}");
+
+    let refused = setup.cli(&["checkpoint", "set", &here]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "checkpoint set went past {xid}");
+    assert!(
+        err.contains(&xid) && err.contains("--ignore-prepared-xa"),
+        "{err}"
+    );
+    let refused = setup.cli(&["recover", "--since", "0"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && err.contains(&xid), "{err}");
+
+    let forced = setup.cli(&["checkpoint", "set", &here, "--ignore-prepared-xa"]);
+    assert!(forced.status.success(), "{forced:?}");
+    sql(&mut conn, &[format!("XA COMMIT '{gtrid}'")]).await;
+    let mut router = setup.start_router();
+    let stopped = router.expect_failure("an XA COMMIT whose PREPARE was never read");
+    assert!(
+        stopped.contains(&format!("XA COMMIT of branch {xid}"))
+            && stopped.contains("never read")
+            && !stopped.contains("already delivered"),
+        "{stopped}"
+    );
+    assert_eq!(count(&topics), 1, "{log}");
+}
+
+/// One time zone for every read, on a server whose `time_zone` is not UTC: a
+/// `TIMESTAMP(3)` column as the record timestamp (every row was invalid: "timestamp
+/// column holds Bytes(…)"), and `recover`'s window over a DATETIME written in UTC (the
+/// table read used the session's zone, the stream UTC: the window was off by 5 hours).
+#[tokio::test(flavor = "multi_thread")]
+async fn timestamp_columns_and_time_windows_mean_the_same_in_every_zone() {
+    let _settings = SERVER_SETTINGS.write().await;
+    let _restore = RestoreGlobal("time_zone", "'SYSTEM'".into());
+    let mut root = app_conn().await;
+    sql(&mut root, &["SET GLOBAL time_zone = '+05:00'".into()]).await;
+    let (_, mut setup) = fresh("tz").await;
+    let mut conn = app_conn().await;
+    let db = setup.db.clone();
+    sql(
+        &mut conn,
+        &[
+            format!("ALTER TABLE {db}.outbox ADD COLUMN created_ts TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)"),
+            format!("ALTER TABLE {db}.outbox MODIFY created_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6))"),
+        ],
+    )
+    .await;
+    setup.start_here(&mut conn).await;
+    setup.columns_toml = "timestamp = \"created_ts\"\n".into();
+    let topics = vec![setup.topic("Order")];
+    let mut router = setup.start_router();
+    sql(&mut conn, &[insert_sql(&db, "ts-1")]).await;
+    let log = drain_and_stop(&mut router, &topics, 1);
+    let epoch_ms: i64 = conn
+        .query_first(format!(
+            "SELECT CAST(UNIX_TIMESTAMP(created_ts) * 1000 AS SIGNED) FROM {db}.outbox WHERE event_id = 'ts-1'"
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    let msgs = read_all(&topics);
+    assert_eq!(msgs.len(), 1, "{log}");
+    assert_eq!(msgs[0].timestamp_ms, Some(epoch_ms), "{log}");
+
+    // recover's window, by the DATETIME column written in UTC.
+    let written: i64 = conn
+        .query_first(format!(
+            "SELECT CAST(FLOOR(UNIX_TIMESTAMP(CONVERT_TZ(created_at, '+00:00', @@session.time_zone))) AS SIGNED) FROM {db}.outbox WHERE event_id = 'ts-1'"
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    let dry = |since: i64| {
+        let out = setup.cli(&[
+            "recover",
+            "--dry-run",
+            "--since",
+            &since.to_string(),
+            "--timestamp-column",
+            "created_at",
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let inside = dry(written - 60);
+    assert!(inside.contains("dry run: 1 event(s)"), "{inside}");
+    let after = dry(written + 60);
+    assert!(after.contains("dry run: 0 event(s)"), "{after}");
+}
+
+/// Rolls an XA branch back when dropped, if it is still prepared.
+struct RollbackIfPrepared(String);
+
+impl Drop for RollbackIfPrepared {
+    fn drop(&mut self) {
+        let gtrid = self.0.clone();
+        std::thread::spawn(move || {
+            tokio::runtime::Runtime::new().unwrap().block_on(async {
+                let mut conn = app_conn().await;
+                let _ = conn.query_drop(format!("XA ROLLBACK '{gtrid}'")).await;
+            })
+        })
+        .join()
+        .unwrap();
+    }
+}
+
+/// SIGTERM while Kafka is unreachable: the admin call creating the topic waited its own
+/// 60 s whatever `pipeline.shutdown_timeout_secs` said (20 here); every stop is bounded
+/// by that setting now.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_while_kafka_is_unreachable_is_bounded_by_the_shutdown_timeout() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, mut setup) = fresh("stop_bound").await;
+    let db = setup.db.clone();
+    // Nothing listens there: every Kafka call waits for its own timeout.
+    setup.kafka_bootstrap = "127.0.0.1:9".into();
+    let mut router = setup.start_router();
+    sql(&mut conn, &[insert_sql(&db, "never-sent")]).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !router.log().contains("position=") && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The reader has routed the row; the sink is waiting for Kafka.
+    std::thread::sleep(Duration::from_secs(3));
+    let asked = std::time::Instant::now();
+    let status = router.stop(Duration::from_secs(90));
+    let took = asked.elapsed();
+    println!("stop with Kafka unreachable: {took:?}, {status}");
+    assert!(
+        took < Duration::from_secs(20 + 6),
+        "the stop took {took:?} with shutdown_timeout_secs = 20:\n{}",
+        router.log()
+    );
+    let cp = setup.checkpoint().expect("a checkpoint");
+    assert_eq!(
+        format!("{}:{}", cp.0, cp.1),
+        setup.start,
+        "nothing was acknowledged, the checkpoint stays"
+    );
+}
