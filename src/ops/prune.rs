@@ -241,7 +241,9 @@ impl TablePruner<'_> {
         let ended = conn.query_drop("COMMIT").await;
         let keys = keys.map_err(query_error("SELECT outbox primary keys to prune"))?;
         ended.map_err(query_error("COMMIT"))?;
-        Ok((snapshot.ok_or(OpsError::SnapshotUnsupported)?, keys))
+        let snapshot = snapshot.ok_or(OpsError::SnapshotUnsupported)?;
+        // With its GTID state, a checkpoint taken on another server (a failover) compares.
+        Ok((server::with_gtid_at(conn, snapshot).await, keys))
     }
 
     /// Returns once the durable checkpoint is at or past `snapshot`; fails after
@@ -254,12 +256,9 @@ impl TablePruner<'_> {
     ) -> Result<(), OpsError> {
         let started = Instant::now();
         loop {
-            // Positions in differently named binlogs do not compare: not proven.
-            if checkpoint
-                .position
-                .partial_cmp(snapshot)
-                .is_some_and(|o| o.is_ge())
-            {
+            // By GTID where both have one; positions in differently named binlogs
+            // without GTIDs do not compare: not proven.
+            if checkpoint.position.includes(snapshot) == Some(true) {
                 return Ok(());
             }
             if started.elapsed() >= self.opts.wait || stop.is_cancelled() {

@@ -203,6 +203,8 @@ pub async fn reconcile(
     let snapshot = server::consistent_snapshot(&mut conn)
         .await?
         .ok_or(OpsError::SnapshotUnsupported)?;
+    // With its GTID state, a checkpoint taken on another server (a failover) compares.
+    let snapshot = server::with_gtid_at(&mut conn, snapshot).await;
     let mut window = Window::default();
     let mut row_time_ms = row_times(config, &mut conn, &filter, &opts.timestamp_column).await?;
     // Sized once: growing a map of a million entries holds the old and the new at once.
@@ -238,11 +240,9 @@ pub async fn reconcile(
         let now = server::now_ms(&mut conn).await?;
         (None, now - opts.grace.as_millis() as i64)
     };
-    let proven = checkpoint.as_ref().is_some_and(|cp| {
-        cp.position
-            .partial_cmp(&snapshot)
-            .is_some_and(|o| o.is_ge())
-    });
+    let proven = checkpoint
+        .as_ref()
+        .is_some_and(|cp| cp.position.includes(&snapshot) == Some(true));
 
     let mut report = ReconcileReport {
         since: opts.since,
@@ -418,10 +418,7 @@ async fn wait_for_checkpoint(
         let checkpoint = CheckpointStore::peek(dir)?.ok_or_else(|| OpsError::NoCheckpoint {
             dir: dir.display().to_string(),
         })?;
-        let past = checkpoint
-            .position
-            .partial_cmp(snapshot)
-            .is_some_and(|o| o.is_ge());
+        let past = checkpoint.position.includes(snapshot) == Some(true);
         if past || started.elapsed() >= wait {
             return Ok(checkpoint);
         }

@@ -312,7 +312,11 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         task: "reader",
         reason: e.to_string(),
     })?;
-    // A delivery failure explains a reader stop, not the other way round.
-    acked?;
+    // A delivery failure explains a reader stop, not the other way round; a fenced
+    // producer's failures say so only through its fatal error.
+    acked.map_err(|e| match e {
+        PipelineError::Sink(e) => PipelineError::Sink(sink.explain(e)),
+        other => other,
+    })?;
     read
 }

@@ -148,6 +148,14 @@ impl MariaGtidState {
         self.0.is_empty()
     }
 
+    /// True when every GTID of `other` is at or before this state's in its domain.
+    pub fn includes(&self, other: &MariaGtidState) -> bool {
+        other
+            .0
+            .iter()
+            .all(|(d, g)| self.0.get(d).is_some_and(|mine| mine.seq >= g.seq))
+    }
+
     /// True when every replication domain of `other` has a GTID here.
     pub fn covers_domains_of(&self, other: &MariaGtidState) -> bool {
         other.0.keys().all(|d| self.0.contains_key(d))
@@ -324,6 +332,23 @@ impl Position {
     }
 }
 
+impl Position {
+    /// Whether everything committed up to `other` is also up to `self`: by GTID when
+    /// both carry one of the same kind (valid across servers and a failover's renamed
+    /// files), else by file and offset (`None` for differently named binlogs).
+    pub fn includes(&self, other: &Position) -> Option<bool> {
+        match (&self.gtid, &other.gtid) {
+            (GtidState::MariaDb(mine), GtidState::MariaDb(theirs)) if !theirs.is_empty() => {
+                Some(mine.includes(theirs))
+            }
+            (GtidState::MySql(mine), GtidState::MySql(theirs)) if !theirs.is_empty() => {
+                Some(mine.contains_set(theirs))
+            }
+            _ => self.partial_cmp(other).map(Ordering::is_ge),
+        }
+    }
+}
+
 impl PartialOrd for Position {
     /// Ordered by file then offset; positions in differently named binlogs do not compare.
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
@@ -373,6 +398,45 @@ impl FromStr for Position {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inclusion_is_by_gtid_when_both_have_one() {
+        let p = |s: &str| s.parse::<Position>().unwrap();
+        // After a failover the new server's file numbers are lower; GTIDs decide.
+        let checkpoint = p("mysql-bin.000002:400 gtid=0-1-120,1-2-7");
+        assert_eq!(
+            checkpoint.includes(&p("mysql-bin.000090:4 gtid=0-1-119")),
+            Some(true)
+        );
+        assert_eq!(
+            checkpoint.includes(&p("mysql-bin.000001:4 gtid=0-1-121")),
+            Some(false)
+        );
+        assert_eq!(
+            checkpoint.includes(&p("mysql-bin.000001:4 gtid=0-1-100,2-3-1")),
+            Some(false),
+            "a domain the checkpoint never saw"
+        );
+        // Without GTIDs, file and offset.
+        assert_eq!(
+            p("mysql-bin.000002:400").includes(&p("mysql-bin.000002:399")),
+            Some(true)
+        );
+        assert_eq!(
+            p("mysql-bin.000002:400").includes(&p("other-bin.000001:4")),
+            None
+        );
+        let set = |s: &str| p(&format!("mysql-bin.000001:4 gtid={s}"));
+        let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        assert_eq!(
+            set(&format!("{u}:1-10:12")).includes(&set(&format!("{u}:2-5:12"))),
+            Some(true)
+        );
+        assert_eq!(
+            set(&format!("{u}:1-10")).includes(&set(&format!("{u}:9-11"))),
+            Some(false)
+        );
+    }
 
     #[test]
     fn round_trips_with_and_without_gtid() {

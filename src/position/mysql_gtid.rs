@@ -54,6 +54,17 @@ impl MySqlGtidSet {
             .is_some_and(|iv| iv.iter().any(|&(s, e)| (s..e).contains(&gno)))
     }
 
+    /// True when every transaction of `other` is in this set.
+    pub fn contains_set(&self, other: &MySqlGtidSet) -> bool {
+        other.0.iter().all(|(source, theirs)| {
+            let mine = self.0.get(source).map(Vec::as_slice).unwrap_or_default();
+            // Intervals are disjoint and non-adjacent: each of theirs lies in one of mine.
+            theirs
+                .iter()
+                .all(|&(s, e)| mine.iter().any(|&(ms, me)| ms <= s && e <= me))
+        })
+    }
+
     /// The set in the form `COM_BINLOG_DUMP_GTID` carries.
     pub fn to_sids(&self) -> Vec<Sid<'static>> {
         self.0

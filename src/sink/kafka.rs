@@ -211,6 +211,28 @@ impl KafkaSink {
             .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
     }
 
+    /// A failure as what caused it: once the producer is fenced, its queued records fail
+    /// with `PurgeQueue` and its calls with errors that name nothing; the fatal error
+    /// librdkafka keeps says the producer was fenced.
+    pub fn explain(&self, error: SinkError) -> SinkError {
+        let Some(t) = &self.transactional else {
+            return error;
+        };
+        if matches!(error, SinkError::Fenced { .. }) {
+            return error;
+        }
+        match self.producer.client().fatal_error() {
+            Some((code, reason)) if is_fenced_code(code) || reason.contains("fenced") => {
+                tracing::debug!(%reason, "the producer's fatal error");
+                SinkError::Fenced {
+                    transactional_id: t.key.clone(),
+                    error: KafkaError::MessageProduction(code),
+                }
+            }
+            _ => error,
+        }
+    }
+
     /// Aborts the open transaction, if any (after a failed delivery).
     pub fn abort(&self) {
         if self.transactional.is_some() {
@@ -351,16 +373,16 @@ impl KafkaSink {
 
 /// True when a newer producer with the same `transactional.id` fenced this one.
 fn is_fenced(error: &KafkaError) -> bool {
-    use RDKafkaErrorCode::*;
     match error {
-        KafkaError::Transaction(e) => {
-            e.is_fatal() || matches!(e.code(), ProducerFenced | InvalidProducerEpoch | Fenced)
-        }
-        other => matches!(
-            other.rdkafka_error_code(),
-            Some(ProducerFenced | InvalidProducerEpoch | Fenced)
-        ),
+        KafkaError::Transaction(e) => e.is_fatal() || is_fenced_code(e.code()),
+        other => other.rdkafka_error_code().is_some_and(is_fenced_code),
     }
+}
+
+/// The error codes of a fenced producer.
+fn is_fenced_code(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode::*;
+    matches!(code, ProducerFenced | InvalidProducerEpoch | Fenced)
 }
 
 /// A transaction call's failure: fenced (final for this process) or retryable from the

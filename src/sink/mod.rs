@@ -155,6 +155,15 @@ impl Sink {
         }
     }
 
+    /// The real cause of a failure: a fenced producer fails its queued records with
+    /// `PurgeQueue`, and only the producer's fatal error says another instance took over.
+    pub fn explain(&self, error: SinkError) -> SinkError {
+        match self {
+            Sink::Kafka(k) => k.explain(error),
+            _ => error,
+        }
+    }
+
     /// Aborts the open Kafka transaction, if any.
     pub fn abort(&self) {
         if let Sink::Kafka(k) = self {

@@ -77,6 +77,8 @@ pub struct BinlogReader {
 /// holds at most this much in the reader, and the pipeline's in-flight window (records
 /// and bytes) holds inside it too.
 const PART_ROWS: usize = 2_000;
+/// Table ids remembered between transactions before the map is dropped.
+const MAX_TABLE_IDS: usize = 4096;
 /// Row-event bytes before a part is streamed.
 const PART_BYTES: u64 = 4 << 20;
 
@@ -468,6 +470,11 @@ impl BinlogReader {
     /// XA branch is unresolved: then the position before the oldest such branch.
     fn commit(&mut self, end: u64, timestamp_secs: u32) -> Transaction {
         self.payload_end = None;
+        // Every group maps its own tables before its rows, so between groups the map
+        // can be dropped: many tenant tables and table-cache churn would grow it forever.
+        if self.table_ids.len() > MAX_TABLE_IDS {
+            self.table_ids.clear();
+        }
         self.at.offset = end;
         let checkpoint = match self.prepared.first() {
             Some(oldest) => oldest.resume.clone(),

@@ -5,6 +5,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
 
 use super::{BinlogFile, GtidState, Position, SourceError, TableName};
+use crate::position::MariaGtidState;
 
 /// Which server family; they differ in GTIDs and some statements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -274,6 +275,29 @@ pub async fn consistent_snapshot(conn: &mut Conn) -> Result<Option<Position>, So
     )
     .map_err(|e| unexpected(format!("position: {e}")))?;
     Ok(Some(position))
+}
+
+/// The GTID state at a position of this server's binlog (MariaDB's `BINLOG_GTID_POS`), so
+/// that positions compare by GTID across servers; `None` where the server cannot say.
+pub async fn with_gtid_at(conn: &mut Conn, position: Position) -> Position {
+    let asked: Result<Option<Option<String>>, _> = conn
+        .exec_first(
+            "SELECT BINLOG_GTID_POS(?, ?)",
+            (position.file.name(), position.offset),
+        )
+        .await;
+    match asked
+        .ok()
+        .flatten()
+        .flatten()
+        .map(|g| g.parse::<MariaGtidState>())
+    {
+        Some(Ok(state)) if !state.is_empty() => Position {
+            gtid: GtidState::MariaDb(state),
+            ..position
+        },
+        _ => position,
+    }
 }
 
 /// The tables on the server matching any of `patterns` (`db.table`, `*` and `?`).
