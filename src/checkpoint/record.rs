@@ -33,8 +33,14 @@ pub enum RecordError {
 /// A durable checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
-    /// Resume here: the end of the last fully acknowledged transaction.
+    /// Resume here: the end of the last fully acknowledged transaction (or, while an XA
+    /// branch is prepared, the position before its PREPARE).
     pub position: Position,
+    /// When `position` is held before a prepared XA branch: everything up to here was
+    /// delivered, so a resume re-reads the branch and publishes nothing else up to it.
+    /// Absent in records of older builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_through: Option<Position>,
     /// Commit time of that transaction (ms since epoch), 0 when unknown.
     pub commit_time_ms: i64,
     /// When the checkpoint was written (ms since epoch).
@@ -46,8 +52,17 @@ impl Checkpoint {
     pub fn new(position: Position, commit_time_ms: i64) -> Self {
         Self {
             position,
+            delivered_through: None,
             commit_time_ms,
             written_at_ms: now_ms(),
+        }
+    }
+
+    /// The same checkpoint, delivered up to `through` beyond its position.
+    pub fn delivered_through(self, through: Option<Position>) -> Self {
+        Self {
+            delivered_through: through,
+            ..self
         }
     }
 
@@ -90,6 +105,7 @@ mod tests {
     fn sample() -> Checkpoint {
         Checkpoint {
             position: "mysql-bin.000007:1234 gtid=0-1-99".parse().unwrap(),
+            delivered_through: Some("mysql-bin.000007:5678 gtid=0-1-104".parse().unwrap()),
             commit_time_ms: 1_700_000_000_000,
             written_at_ms: 1_700_000_000_500,
         }
@@ -98,6 +114,16 @@ mod tests {
     #[test]
     fn round_trip() {
         assert_eq!(Checkpoint::decode(&sample().encode()).unwrap(), sample());
+        let plain = Checkpoint::new("mysql-bin.000007:1234".parse().unwrap(), 1);
+        assert_eq!(Checkpoint::decode(&plain.encode()).unwrap(), plain);
+        // A record of an older build (no delivered_through) still reads.
+        let old = br#"{"position":{"file":"mysql-bin.000007","offset":1234,"gtid":""},"commit_time_ms":1,"written_at_ms":2}"#;
+        let mut bytes = b"ORC\x01".to_vec();
+        bytes.extend_from_slice(old);
+        let crc = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        let decoded = Checkpoint::decode(&bytes).unwrap();
+        assert_eq!(decoded.delivered_through, None);
     }
 
     #[test]

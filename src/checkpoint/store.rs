@@ -211,6 +211,7 @@ mod tests {
     fn save_load_reset() {
         let dir = tempfile::tempdir().unwrap();
         let cp = Checkpoint {
+            delivered_through: None,
             position: "mysql-bin.000001:500".parse().unwrap(),
             commit_time_ms: 1,
             written_at_ms: 2,
@@ -238,6 +239,7 @@ mod tests {
         assert!(!nowhere.exists(), "peek created {}", nowhere.display());
         let live = CheckpointStore::create(dir.path()).unwrap();
         let cp = Checkpoint {
+            delivered_through: None,
             position: "mysql-bin.000001:500".parse().unwrap(),
             commit_time_ms: 1,
             written_at_ms: 2,

@@ -10,6 +10,7 @@ use outbox_router::config::Config;
 use outbox_router::import::offsets::DebeziumOffset;
 use outbox_router::pipeline::refuse_move_past_prepared_xa;
 use outbox_router::position::Position;
+use outbox_router::sink::KafkaSink;
 use outbox_router::source;
 
 /// Shows, sets, creates or removes the stored checkpoint.
@@ -64,6 +65,7 @@ pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<Exi
                 .unwrap_or(0);
             store.save(&Checkpoint {
                 position: position.clone(),
+                delivered_through: None,
                 commit_time_ms: 0,
                 written_at_ms,
             })?;
@@ -89,7 +91,31 @@ pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<Exi
                     dir.display()
                 );
             }
+            if config.delivery.exactly_once() {
+                init_exactly_once(config).await?;
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Exactly-once mode's first start is recorded on Kafka, where its truth is: the store
+/// is a cache an empty volume recreates. Nothing is written once a marker exists.
+async fn init_exactly_once(config: &Config) -> Result<()> {
+    let (kafka, delivery) = (&config.kafka, &config.delivery);
+    KafkaSink::ensure_checkpoint_topic(kafka, delivery)?;
+    let marker = tokio::task::block_in_place(|| KafkaSink::last_marker(kafka, delivery))?;
+    if marker.is_some() {
+        println!(
+            "{} already holds a commit marker for transactional.id {}: runs resume there; nothing changed",
+            delivery.checkpoint_topic, delivery.transactional_id
+        );
+        return Ok(());
+    }
+    KafkaSink::allow_first_start(kafka, delivery).await?;
+    println!(
+        "recorded on {} that the first exactly-once run of transactional.id {} starts at source.start",
+        delivery.checkpoint_topic, delivery.transactional_id
+    );
+    Ok(())
 }

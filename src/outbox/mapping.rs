@@ -75,6 +75,8 @@ impl Default for ColumnMapping {
 pub struct MappedTransaction {
     /// The transaction these events came from.
     pub end: crate::position::Position,
+    /// Delivered up to here though `end` is held before a prepared XA branch.
+    pub delivered_through: Option<crate::position::Position>,
     /// Commit time (ms since epoch).
     pub commit_time_ms: i64,
     /// Events in commit order.
@@ -160,6 +162,7 @@ impl Mapper {
         }
         Ok(MappedTransaction {
             end: txn.end,
+            delivered_through: txn.delivered_through,
             commit_time_ms: txn.commit_time_ms,
             events,
             invalid,

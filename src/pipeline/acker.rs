@@ -22,9 +22,9 @@ use crate::sink::{Sink, SinkError};
 /// Tracks acknowledged transactions and hands the watermark to the checkpoint writer.
 pub(super) struct Acker<'a> {
     metrics: &'a Metrics,
-    /// End of the last transaction whose records, and all earlier ones, are acknowledged.
-    watermark: Position,
-    watermark_commit_ms: i64,
+    /// End of the last transaction whose records, and all earlier ones, are acknowledged
+    /// (with how far delivery got while a prepared XA branch holds the position back).
+    watermark: Checkpoint,
     /// The watermark moved since it was last handed to the writer.
     unpublished: bool,
     writer: CheckpointWriter,
@@ -106,6 +106,8 @@ impl OpenTransaction {
 struct Completed {
     /// Where its transaction ends: the checkpoint once it is acknowledged.
     end: Position,
+    /// Delivered up to here though `end` is held before a prepared XA branch.
+    delivered_through: Option<Position>,
     /// Its commit time (ms since epoch).
     commit_time_ms: i64,
     /// Records it had, and their bytes.
@@ -122,14 +124,13 @@ struct Completed {
 impl<'a> Acker<'a> {
     pub(super) fn new(
         store: &CheckpointStore,
-        (start, start_commit_ms): (Position, i64),
+        start: &Checkpoint,
         interval: Duration,
         metrics: &'a Metrics,
     ) -> Self {
         Self {
             metrics,
-            watermark: start,
-            watermark_commit_ms: start_commit_ms,
+            watermark: start.clone(),
             unpublished: false,
             uncommitted: None,
             writer: {
@@ -193,7 +194,7 @@ impl<'a> Acker<'a> {
                     }
                     let n = batch.records.len();
                     let bytes: usize = batch.records.iter().map(crate::route::Record::size).sum();
-                    let (end, commit_time_ms, routed_at, complete) = (batch.end, batch.commit_time_ms, batch.routed_at, batch.complete);
+                    let (end, delivered_through, commit_time_ms, routed_at, complete) = (batch.end, batch.delivered_through, batch.commit_time_ms, batch.routed_at, batch.complete);
                     let records_topics = topics_of(&batch.records);
                     let delivery = match sink.send(batch.records).await {
                         Ok(d) => d,
@@ -205,7 +206,7 @@ impl<'a> Acker<'a> {
                     count_routed(self.metrics, &records_topics);
                     window.add(n, bytes);
                     in_flight.push_back(Box::pin(async move {
-                        Completed { end, commit_time_ms, records: n, bytes, complete, sent_at, delivery: delivery.await }
+                        Completed { end, delivered_through, commit_time_ms, records: n, bytes, complete, sent_at, delivery: delivery.await }
                     }));
                 }
                 _ = tick.tick() => {
@@ -267,6 +268,15 @@ impl<'a> Acker<'a> {
             Some(t) if t.is_open => sink.abort(),
             Some(_) => {}
         }
+        // A Kafka transaction that outlived its timeout fails like a fenced one.
+        if let Some(t) = txn.as_ref().filter(|t| t.is_open) {
+            if let Some(PipelineError::Sink(e)) = failure {
+                let open_for = t.opened_at.elapsed();
+                failure = Some(PipelineError::Sink(
+                    sink.outlived_transaction_timeout(e, open_for),
+                ));
+            }
+        }
         let written = self.writer.finish().await;
         match (failure, written) {
             (Some(e), _) => Err(e),
@@ -294,7 +304,7 @@ impl<'a> Acker<'a> {
         }
         let drained = started.elapsed();
         crash_point!("txn.before_commit");
-        let marker = Checkpoint::new(self.watermark.clone(), self.watermark_commit_ms);
+        let marker = self.stamped();
         sink.commit(Some(marker.encode())).await?;
         tracing::debug!(
             records = txn.records,
@@ -323,10 +333,11 @@ impl<'a> Acker<'a> {
         }
         // A part of a large transaction moves nothing: only its last part has an end.
         if done.complete {
-            self.watermark = done.end;
+            self.watermark.position = done.end;
+            self.watermark.delivered_through = done.delivered_through;
             self.unpublished = true;
             if done.commit_time_ms > 0 {
-                self.watermark_commit_ms = done.commit_time_ms;
+                self.watermark.commit_time_ms = done.commit_time_ms;
             }
         }
         crash_point!("ack.before_checkpoint");
@@ -335,10 +346,15 @@ impl<'a> Acker<'a> {
 
     fn publish(&mut self) {
         if std::mem::take(&mut self.unpublished) {
-            self.writer.publish(Checkpoint::new(
-                self.watermark.clone(),
-                self.watermark_commit_ms,
-            ));
+            self.writer.publish(self.stamped());
+        }
+    }
+
+    /// The watermark as a checkpoint written now.
+    fn stamped(&self) -> Checkpoint {
+        Checkpoint {
+            written_at_ms: crate::checkpoint::now_ms(),
+            ..self.watermark.clone()
         }
     }
 }

@@ -34,6 +34,11 @@ pub enum PipelineError {
         command: &'static str,
         xids: Vec<String>,
     },
+    #[error("exactly-once mode found no commit marker for transactional.id {transactional_id} on {topic} and no checkpoint in the store: the topic was recreated, the id renamed or the marker deleted — or this is a first start. A first start is explicit: `outbox-router checkpoint init` (it records on the topic that the first run starts at source.start). Otherwise set the position the marker held with `checkpoint set` (the last one the router logged), so nothing is skipped or repeated")]
+    NoCommitMarker {
+        topic: String,
+        transactional_id: String,
+    },
     #[error("source.resume_by = \"gtid\" but checkpoint {checkpoint} has no GTID state: use resume_by = \"auto\" or \"position\"")]
     NoGtidToResumeBy { checkpoint: String },
     #[error("{0}")]

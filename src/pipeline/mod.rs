@@ -268,11 +268,10 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         SinkKind::Stdout => Sink::Stdout(StdoutSink),
         SinkKind::Null => Sink::Null,
     };
-    let start = start::start_position(config, store, &mut conn, flavor, &sink).await?;
-    metrics.set_checkpoint(&start);
-    let start_commit_ms = start.commit_time_ms;
-    let start = start.position;
-    let by_gtid = start::resume_by_gtid(config, &mut conn, flavor, &start).await?;
+    let checkpoint = start::start_position(config, store, &mut conn, flavor, &sink).await?;
+    metrics.set_checkpoint(&checkpoint);
+    let start = &checkpoint.position;
+    let by_gtid = start::resume_by_gtid(config, &mut conn, flavor, start).await?;
     let reader = BinlogReader::start(
         conn,
         flavor,
@@ -283,9 +282,10 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         config.source.heartbeat(),
     )
     .await?
-    .with_max_transaction_bytes(config.source.max_transaction_bytes);
+    .with_max_transaction_bytes(config.source.max_transaction_bytes)
+    .with_delivered_through(checkpoint.delivered_through.clone());
     metrics.set_connected(true);
-    info!(position = %start, by_gtid, tables = ?config.outbox.tables, "streaming binlog");
+    info!(position = %start, delivered_through = ?checkpoint.delivered_through.as_ref().map(ToString::to_string), by_gtid, tables = ?config.outbox.tables, "streaming binlog");
 
     let (mapper, router) = read::stages(config).await?;
     let (tx, rx) = mpsc::channel(CHANNEL_TRANSACTIONS);
@@ -302,7 +302,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
 
     let acker = acker::Acker::new(
         store,
-        (start, start_commit_ms),
+        &checkpoint,
         Duration::from_millis(config.checkpoint.flush_interval_ms),
         metrics,
     );

@@ -36,6 +36,16 @@ pub(super) async fn start_position(
     if let Some(cp) = newest {
         return Ok(cp);
     }
+    // Exactly-once mode keeps its truth on Kafka: no marker may mean a recreated topic,
+    // a renamed transactional id or a deleted marker, not a first start. The store may
+    // be an empty cache (`run --init` on an empty volume), so only `checkpoint init`'s
+    // record on the topic makes this a first start.
+    if sink.is_transactional() && !first_start_allowed(config)? {
+        return Err(PipelineError::NoCommitMarker {
+            topic: config.delivery.checkpoint_topic.clone(),
+            transactional_id: config.delivery.transactional_id.clone(),
+        });
+    }
     if config.source.start != StartFrom::Earliest || config.source.snapshot != SnapshotMode::Never {
         let prepared = server::prepared_xa(conn).await?;
         if !prepared.is_empty() {
@@ -68,6 +78,13 @@ pub(super) async fn start_position(
     }
     info!(%position, start = ?config.source.start, snapshot = ?config.source.snapshot, "no checkpoint yet: starting here and recorded it");
     Ok(checkpoint)
+}
+
+/// Whether `checkpoint init` allowed exactly-once mode's first start.
+fn first_start_allowed(config: &Config) -> Result<bool, PipelineError> {
+    Ok(tokio::task::block_in_place(|| {
+        crate::sink::KafkaSink::first_start_allowed(&config.kafka, &config.delivery)
+    })?)
 }
 
 /// The checkpoint of the last committed Kafka transaction (exactly-once mode).

@@ -106,6 +106,7 @@ pub(crate) async fn republish(
                 .collect::<Result<Vec<_>, source::SourceError>>()?;
             let txn = Transaction {
                 end: rows.position.clone(),
+                delivered_through: None,
                 commit_time_ms: now_ms(),
                 changes,
                 complete: true,

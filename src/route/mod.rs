@@ -90,6 +90,8 @@ pub struct EventRef {
 pub struct Batch {
     /// Checkpoint after this batch.
     pub end: Position,
+    /// Delivered up to here though `end` is held before a prepared XA branch.
+    pub delivered_through: Option<Position>,
     /// Commit time of the transaction (ms since epoch).
     pub commit_time_ms: i64,
     /// Records in commit order.
@@ -159,6 +161,7 @@ impl Router {
         }
         Ok(Batch {
             end: txn.end,
+            delivered_through: txn.delivered_through,
             commit_time_ms: commit,
             records,
             invalid,

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::FutureExt;
@@ -50,7 +50,19 @@ pub struct KafkaSink {
 struct Transactional {
     topic: String,
     key: String,
+    /// The producer's `transaction.timeout.ms`.
+    timeout: Duration,
 }
+
+/// Brokers refuse a `transaction.timeout.ms` above their `transaction.max.timeout.ms`,
+/// 15 minutes by default.
+const BROKER_MAX_TRANSACTION_TIMEOUT_MS: u64 = 900_000;
+
+/// A `transaction.timeout.ms` raised for this process's next producers after a Kafka
+/// transaction outlived the configured one: the coordinator aborted it, and the same
+/// binlog transaction would outlive it again after every restart. Process-wide because
+/// the pipeline builds a new producer on each restart and exactly-once mode has one.
+static TRANSACTION_TIMEOUT_RAISED_MS: AtomicU64 = AtomicU64::new(0);
 
 /// How long transaction control calls may take (librdkafka retries within it).
 const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
@@ -108,6 +120,15 @@ impl KafkaSink {
                     .to_string();
                 client.set("transaction.timeout.ms", message_timeout);
             }
+            // Raised after a transaction outlived it (see `outlived_transaction_timeout`).
+            let configured: u64 = client
+                .get("transaction.timeout.ms")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(60_000);
+            let raised = TRANSACTION_TIMEOUT_RAISED_MS.load(Ordering::Relaxed);
+            if raised > configured {
+                client.set("transaction.timeout.ms", raised.to_string());
+            }
             // Back-to-back transactions: the next one's AddPartitionsToTxn meets
             // CONCURRENT_TRANSACTIONS until the last one's markers are written, and
             // librdkafka asks again after retry.backoff.ms (100) — a floor of 100 ms per
@@ -118,6 +139,12 @@ impl KafkaSink {
                 client.set("retry.backoff.ms", "5");
             }
         }
+        let transaction_timeout = Duration::from_millis(
+            client
+                .get("transaction.timeout.ms")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(60_000),
+        );
         let producer = ThreadedProducer::from_config_and_context(&client, context)
             .map_err(SinkError::Create)?;
         let topics = TopicCreator::new(cfg)?;
@@ -132,6 +159,7 @@ impl KafkaSink {
             Some(Transactional {
                 topic: delivery.checkpoint_topic.clone(),
                 key: delivery.transactional_id.clone(),
+                timeout: transaction_timeout,
             })
         } else {
             None
@@ -141,6 +169,38 @@ impl KafkaSink {
             topics,
             transactional,
         })
+    }
+
+    /// A failure of a Kafka transaction open for `open_for` as what it was: past the
+    /// producer's `transaction.timeout.ms`, the coordinator aborts it and bumps the epoch,
+    /// and librdkafka reports a fence. The next producer gets twice the time (up to the
+    /// brokers' default maximum), so the pipeline's restart gets through.
+    pub fn outlived_transaction_timeout(&self, error: SinkError, open_for: Duration) -> SinkError {
+        let Some(t) = &self.transactional else {
+            return error;
+        };
+        let error = self.explain(error);
+        let fits = open_for < t.timeout;
+        if fits
+            || !matches!(
+                error,
+                SinkError::Fenced { .. } | SinkError::Transaction { .. }
+            )
+        {
+            return error;
+        }
+        let timeout_ms = t.timeout.as_millis() as u64;
+        let next_ms = (timeout_ms.saturating_mul(2)).min(BROKER_MAX_TRANSACTION_TIMEOUT_MS);
+        let retry_with_ms = (next_ms > timeout_ms).then_some(next_ms);
+        if let Some(next) = retry_with_ms {
+            TRANSACTION_TIMEOUT_RAISED_MS.fetch_max(next, Ordering::Relaxed);
+        }
+        SinkError::TransactionTimedOut {
+            transactional_id: t.key.clone(),
+            open_secs: open_for.as_secs(),
+            timeout_ms,
+            retry_with_ms,
+        }
     }
 
     /// True in exactly-once mode.
@@ -168,7 +228,10 @@ impl KafkaSink {
         let outcome = match marker {
             Some(marker) => {
                 let (acks, outcome) = BatchAcks::new(1);
+                // Partition 0 by name: the reader takes the newest record of partition 0,
+                // whatever partitioner the user's properties set.
                 let record = BaseRecord::with_opaque_to(&t.topic, acks)
+                    .partition(0)
                     .key(&t.key)
                     .payload(&marker);
                 if let Err((error, _)) = self.producer.send(record) {
@@ -218,7 +281,10 @@ impl KafkaSink {
         let Some(t) = &self.transactional else {
             return error;
         };
-        if matches!(error, SinkError::Fenced { .. }) {
+        if matches!(
+            error,
+            SinkError::Fenced { .. } | SinkError::TransactionTimedOut { .. }
+        ) {
             return error;
         }
         match self.producer.client().fatal_error() {
@@ -260,6 +326,55 @@ impl KafkaSink {
         delivery: &DeliveryConfig,
     ) -> Result<Option<Vec<u8>>, SinkError> {
         super::markers::last(cfg, &delivery.checkpoint_topic, &delivery.transactional_id)
+    }
+
+    /// True when `checkpoint init` allowed exactly-once mode's first start for this
+    /// transactional id (a record under its own key beside the markers).
+    pub fn first_start_allowed(
+        cfg: &KafkaConfig,
+        delivery: &DeliveryConfig,
+    ) -> Result<bool, SinkError> {
+        let key = first_start_key(delivery);
+        Ok(super::markers::last(cfg, &delivery.checkpoint_topic, &key)?.is_some())
+    }
+
+    /// Creates the checkpoint topic, or checks the shape of the one there.
+    pub fn ensure_checkpoint_topic(
+        cfg: &KafkaConfig,
+        delivery: &DeliveryConfig,
+    ) -> Result<(), SinkError> {
+        TopicCreator::new(cfg)?.ensure_compacted(&delivery.checkpoint_topic, "checkpoint")
+    }
+
+    /// Records that a first start at `source.start` is intended (`checkpoint init` in
+    /// exactly-once mode). Under its own key, so it can never hide a commit marker.
+    pub async fn allow_first_start(
+        cfg: &KafkaConfig,
+        delivery: &DeliveryConfig,
+    ) -> Result<(), SinkError> {
+        let topic = &delivery.checkpoint_topic;
+        let producer: FutureProducer = client_config(cfg).create().map_err(SinkError::Create)?;
+        let key = first_start_key(delivery);
+        let value = format!(
+            "first start allowed by `checkpoint init` at unix ms {}",
+            crate::checkpoint::now_ms()
+        );
+        let record = rdkafka::producer::FutureRecord::to(topic)
+            .partition(0)
+            .key(&key)
+            .payload(&value);
+        match producer.send(record, Duration::from_secs(30)).await {
+            // Proof, as for any record: an offset.
+            Ok(delivered) if delivered.offset >= 0 => Ok(()),
+            Ok(_) => Err(SinkError::FirstStart {
+                topic: topic.clone(),
+                reason: "reported delivered without an offset".into(),
+            }),
+            Err((error, _)) => Err(SinkError::FirstStart {
+                topic: topic.clone(),
+                reason: error.to_string(),
+            }),
+        }
     }
 
     /// Asks the cluster for metadata, to tell early whether it is reachable.
@@ -369,6 +484,11 @@ impl KafkaSink {
         }
         .boxed())
     }
+}
+
+/// The key of `checkpoint init`'s first-start record: beside the markers, never theirs.
+fn first_start_key(delivery: &DeliveryConfig) -> String {
+    format!("{}#first-start", delivery.transactional_id)
 }
 
 /// True when a newer producer with the same `transactional.id` fenced this one.

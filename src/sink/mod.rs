@@ -69,6 +69,22 @@ pub enum SinkError {
         transactional_id: String,
         error: KafkaError,
     },
+    #[error("the {what} topic {topic} exists in a shape the router cannot rely on: {problems}; delete it (the router creates it right) or point delivery.checkpoint_topic / ha.lock_topic at another")]
+    TopicShape {
+        topic: String,
+        what: &'static str,
+        problems: String,
+    },
+    #[error("the Kafka transaction of transactional.id {transactional_id} was open {open_secs} s, longer than its transaction.timeout.ms = {timeout_ms}: the coordinator aborted it (librdkafka reports this as a fence; no other instance took over). {}", match retry_with_ms { Some(ms) => format!("Retrying with transaction.timeout.ms = {ms} for this process; set kafka.properties.\"transaction.timeout.ms\" (and message.timeout.ms) above your longest binlog transaction's delivery time"), None => "It is at the brokers' usual maximum: raise transaction.max.timeout.ms on the brokers and kafka.properties.\"transaction.timeout.ms\", or split the application's transaction".to_string() })]
+    TransactionTimedOut {
+        transactional_id: String,
+        open_secs: u64,
+        timeout_ms: u64,
+        /// The timeout the next producer gets; `None` at the maximum (then it stops).
+        retry_with_ms: Option<u64>,
+    },
+    #[error("cannot record the first start on {topic}: {reason}")]
+    FirstStart { topic: String, reason: String },
     #[error("cannot read topic {topic} back: {reason}")]
     ReadBack { topic: String, reason: String },
     #[error("cannot write to stdout: {0}")]
@@ -88,10 +104,13 @@ impl SinkError {
             | SinkError::ReadBack { .. }
             | SinkError::Unproven { .. }
             | SinkError::CreateTopic { .. } => true,
+            SinkError::TransactionTimedOut { retry_with_ms, .. } => retry_with_ms.is_some(),
             SinkError::Create(_)
             | SinkError::Stdout(_)
             | SinkError::TopicRefused { .. }
             | SinkError::Fenced { .. }
+            | SinkError::TopicShape { .. }
+            | SinkError::FirstStart { .. }
             | SinkError::TopicMissing { .. } => false,
         }
     }
@@ -160,6 +179,19 @@ impl Sink {
     pub fn explain(&self, error: SinkError) -> SinkError {
         match self {
             Sink::Kafka(k) => k.explain(error),
+            _ => error,
+        }
+    }
+
+    /// A failure of a Kafka transaction open for `open_for`, as what it was (see
+    /// `KafkaSink::outlived_transaction_timeout`).
+    pub fn outlived_transaction_timeout(
+        &self,
+        error: SinkError,
+        open_for: std::time::Duration,
+    ) -> SinkError {
+        match self {
+            Sink::Kafka(k) => k.outlived_transaction_timeout(error, open_for),
             _ => error,
         }
     }

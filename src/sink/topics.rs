@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::RDKafkaErrorCode;
 
@@ -148,7 +148,7 @@ impl TopicCreator {
     /// Makes sure the one-partition compacted `topic` of exactly-once mode's commit
     /// markers exists (created even with `kafka.topics.create = false`: the router
     /// owns it).
-    pub fn ensure_compacted(&self, topic: &str, what: &str) -> Result<(), SinkError> {
+    pub fn ensure_compacted(&self, topic: &str, what: &'static str) -> Result<(), SinkError> {
         let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1))
             .set("cleanup.policy", "compact")
             .set("min.compaction.lag.ms", "60000");
@@ -168,11 +168,65 @@ impl TopicCreator {
                     let admin = self.admin.clone();
                     tokio::task::block_in_place(|| wait_for_leaders(&admin, &[topic.to_string()]))?;
                 }
-                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {
+                    tokio::task::block_in_place(|| self.check_compacted_shape(topic, what))?
+                }
                 Err((topic, code)) => return Err(creation_failed(topic, code)),
             }
         }
         Ok(())
+    }
+
+    /// An existing marker or lock topic must be what the router would have made: one
+    /// partition (the newest marker is the newest record of partition 0; a lock is one
+    /// partition's assignment) and `cleanup.policy=compact` (with `delete` an idle
+    /// router's only marker expires and the next start finds none).
+    fn check_compacted_shape(&self, topic: &str, what: &'static str) -> Result<(), SinkError> {
+        let timeout = Duration::from_secs(10);
+        let lookup = |e: String| SinkError::CreateTopic {
+            topic: topic.to_string(),
+            reason: format!("looking it up failed: {e}"),
+        };
+        let md = self
+            .admin
+            .inner()
+            .fetch_metadata(Some(topic), timeout)
+            .map_err(|e| lookup(e.to_string()))?;
+        let partitions = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .map_or(0, |t| t.partitions().len());
+        let opts = AdminOptions::new().request_timeout(Some(timeout));
+        let described = futures::executor::block_on(
+            self.admin
+                .describe_configs(&[ResourceSpecifier::Topic(topic)], &opts),
+        )
+        .map_err(|e| lookup(e.to_string()))?;
+        let policy = described
+            .into_iter()
+            .flatten()
+            .flat_map(|r| r.entries)
+            .find(|e| e.name == "cleanup.policy")
+            .and_then(|e| e.value)
+            .unwrap_or_default();
+        let mut problems = Vec::new();
+        if partitions != 1 {
+            problems.push(format!("{partitions} partitions, it needs exactly 1"));
+        }
+        if policy != "compact" {
+            problems.push(format!(
+                "cleanup.policy={policy}, it needs compact (alone: with delete the newest record expires)"
+            ));
+        }
+        match problems.is_empty() {
+            true => Ok(()),
+            false => Err(SinkError::TopicShape {
+                topic: topic.to_string(),
+                what,
+                problems: problems.join("; "),
+            }),
+        }
     }
 
     /// Makes sure every topic exists, creating the unknown ones in one admin request;

@@ -71,6 +71,8 @@ pub struct BinlogReader {
     group: GroupSize,
     /// `source.max_transaction_bytes`.
     max_transaction_bytes: Option<u64>,
+    /// Nothing ending at or before it is published (see `with_delivered_through`).
+    delivered_through: Option<Position>,
 }
 
 /// Rows in a transaction before a part of it is streamed: a transaction of any size then
@@ -159,7 +161,23 @@ impl BinlogReader {
             changes: Vec::new(),
             group: GroupSize::default(),
             max_transaction_bytes: None,
+            delivered_through: None,
         })
+    }
+
+    /// Publishes nothing that ends at or before `through` (a checkpoint's
+    /// `delivered_through`: the resume position was held before a prepared XA branch,
+    /// and what follows it up to here was delivered); XA branches are still collected.
+    pub fn with_delivered_through(mut self, through: Option<Position>) -> Self {
+        self.delivered_through = through;
+        self
+    }
+
+    /// True while re-reading what a checkpoint says was delivered.
+    fn already_delivered(&self, position: &Position) -> bool {
+        self.delivered_through
+            .as_ref()
+            .is_some_and(|through| through.includes(position) == Some(true))
     }
 
     /// Stops at a transaction with more outbox row bytes than `limit`, holding each one
@@ -476,15 +494,21 @@ impl BinlogReader {
             self.table_ids.clear();
         }
         self.at.offset = end;
-        let checkpoint = match self.prepared.first() {
-            Some(oldest) => oldest.resume.clone(),
-            None => self.at.clone(),
+        let (checkpoint, delivered_through) = match self.prepared.first() {
+            Some(oldest) => (oldest.resume.clone(), Some(self.at.clone())),
+            None => (self.at.clone(), None),
         };
         self.group = GroupSize::default();
+        let mut changes = std::mem::take(&mut self.changes);
+        if self.already_delivered(&self.at) {
+            // Re-read only for the prepared branches before it: delivered before.
+            changes.clear();
+        }
         Transaction {
             end: checkpoint,
+            delivered_through,
             commit_time_ms: i64::from(timestamp_secs) * 1000,
-            changes: std::mem::take(&mut self.changes),
+            changes,
             complete: true,
         }
     }
@@ -499,10 +523,16 @@ impl BinlogReader {
             return None;
         }
         self.group.pending_bytes = 0;
+        if self.already_delivered(&self.group_start) {
+            // A group that starts before the delivered point ends at or before it.
+            self.changes.clear();
+            return None;
+        }
         self.group.streamed = true;
         self.group.streamed_inserts |= self.changes.iter().any(|c| c.op == RowOp::Insert);
         Some(Transaction {
             end: self.group_start.clone(),
+            delivered_through: None,
             commit_time_ms: i64::from(timestamp_secs) * 1000,
             changes: std::mem::take(&mut self.changes),
             complete: false,

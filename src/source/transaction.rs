@@ -46,6 +46,10 @@ pub struct Transaction {
     /// while a prepared XA branch is unresolved, the position before that branch (a
     /// restart must read its rows again).
     pub end: Position,
+    /// Set when `end` is held before a prepared XA branch: just past this transaction's
+    /// commit. A resume from `end` re-reads the branch but publishes nothing else up to
+    /// here (it was delivered), so a pending branch costs no duplicates.
+    pub delivered_through: Option<Position>,
     /// Commit time, milliseconds since the epoch (the server gives seconds).
     pub commit_time_ms: i64,
     /// Changes to watched tables, in binlog order; empty for unrelated transactions.

@@ -6,8 +6,14 @@ use std::time::Duration;
 use crate::util::*;
 use crate::{check_stream, TYPES};
 
-/// Crash/restart cycles per point (the minimum).
-const CYCLES: usize = 20;
+/// Crash/restart cycles per point: 20 (the minimum), fewer where CI sets
+/// `IT_CRASH_CYCLES` to stay within its time.
+fn cycles() -> usize {
+    std::env::var("IT_CRASH_CYCLES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(20)
+}
 /// Events in the stream at the start; more are written whenever the router catches up
 /// before the crash point fires.
 const EVENTS: usize = 10_000;
@@ -51,10 +57,10 @@ impl Lcg {
     }
 }
 
-/// Runs the router with a crash point armed after `lo..=hi` hits, `CYCLES` times, then a
+/// Runs the router with a crash point armed after `lo..=hi` hits, `cycles()` times, then a
 /// clean run; checks 0 lost, duplicates identical, per-key order; returns duplicates.
 async fn crash_cycles(name: &str, point: &str, lo: u64, hi: u64) -> usize {
-    crash_cycles_in(name, point, lo, hi, None, CYCLES).await
+    crash_cycles_in(name, point, lo, hi, None, cycles()).await
 }
 
 /// `crash_cycles` with `delivery` settings (TOML of a `[delivery]` section) and a

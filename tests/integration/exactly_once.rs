@@ -90,6 +90,10 @@ async fn markers_behind_another_producers_open_transaction_are_waited_for() {
     let topics: Vec<String> = TYPES.iter().map(|t| a.topic(t)).collect();
 
     let mut first = a.start_router();
+    // Its store, made before the other producer's transaction opens: `checkpoint init`
+    // reads the markers too, and would wait for that transaction like the resume does.
+    let init = b.cli(&["checkpoint", "init"]);
+    assert!(init.status.success(), "{init:?}");
     write_mixed(&a.db, 0, 300, 40).await;
     wait_for_count(&topics, 300, Duration::from_secs(60));
 

@@ -12,7 +12,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use crate::util::*;
 
 /// An admin client of the local broker.
-fn admin() -> AdminClient<DefaultClientContext> {
+pub(crate) fn admin() -> AdminClient<DefaultClientContext> {
     ClientConfig::new()
         .set("bootstrap.servers", kafka_bootstrap())
         .create()
