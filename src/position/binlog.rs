@@ -333,6 +333,14 @@ impl Position {
 }
 
 impl Position {
+    /// The same file and GTID state at another offset (the end of an event being read).
+    pub fn at_offset(&self, offset: u64) -> Position {
+        Position {
+            offset,
+            ..self.clone()
+        }
+    }
+
     /// Whether everything committed up to `other` is also up to `self`: by GTID when
     /// both carry one of the same kind (valid across servers and a failover's renamed
     /// files), else by file and offset (`None` for differently named binlogs).

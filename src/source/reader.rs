@@ -445,14 +445,17 @@ impl BinlogReader {
                     // commit of a branch the reader never saw prepared means its rows
                     // were never read (a move forced past it, a checkpoint from before
                     // XA support). Nothing says they were delivered.
-                    None if commit => {
+                    // Unless the checkpoint says delivery got past this commit: a resume
+                    // held before a later branch's PREPARE re-reads commits of earlier
+                    // branches it published the first time.
+                    None if commit && !self.already_delivered(&self.at.at_offset(event_end)) => {
                         return Err(SourceError::XaNotSeen {
                             xid: xid.to_string(),
                             position: position(),
                         })
                     }
                     None => {
-                        tracing::info!(%xid, position = %position(), "XA ROLLBACK of a branch prepared before the start position: nothing to publish")
+                        tracing::info!(%xid, position = %position(), commit, "XA resolution of a branch prepared before the start position: published before (commit) or nothing to publish (rollback)")
                     }
                 }
             }

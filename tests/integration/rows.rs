@@ -5,8 +5,10 @@ use std::collections::HashMap;
 
 use futures::StreamExt;
 use mysql_async::binlog::events::{EventData, TableMapEvent};
+use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::Queryable;
 use mysql_async::BinlogStreamRequest;
+use mysql_common::constants::ColumnType;
 use outbox_router::position::TableName;
 use outbox_router::source::TableLayout;
 
@@ -98,7 +100,31 @@ async fn decodes_every_column_type_like_mysql_common() {
                         .collect();
                     assert_eq!(mine.names(), names.as_slice());
                     for (i, name) in names.iter().enumerate() {
-                        assert_eq!(mine.get(i), lib.as_ref(i), "column {name}");
+                        let timestamp = matches!(
+                            lib.columns_ref()[i].column_type(),
+                            ColumnType::MYSQL_TYPE_TIMESTAMP | ColumnType::MYSQL_TYPE_TIMESTAMP2
+                        );
+                        match (mine.get(i), lib.as_ref(i)) {
+                            // The router reads TIMESTAMP as a UTC date; mysql_common
+                            // hands over its epoch seconds as text: the same instant.
+                            (
+                                Some(BinlogValue::Value(Value::Date(y, mo, d, h, mi, s, us))),
+                                Some(BinlogValue::Value(Value::Bytes(epoch))),
+                            ) if timestamp => {
+                                let secs =
+                                    days_from_civil(i64::from(*y), u32::from(*mo), u32::from(*d))
+                                        * 86_400
+                                        + i64::from(*h) * 3600
+                                        + i64::from(*mi) * 60
+                                        + i64::from(*s);
+                                let text = match us {
+                                    0 => secs.to_string(),
+                                    us => format!("{secs}.{us:06}"),
+                                };
+                                assert_eq!(text.as_bytes(), epoch.as_slice(), "column {name}");
+                            }
+                            (mine, lib) => assert_eq!(mine, lib, "column {name}"),
+                        }
                     }
                     inserted.push(mine.clone());
                 }
@@ -124,4 +150,15 @@ async fn decodes_every_column_type_like_mysql_common() {
     conn.query_drop(format!("DROP DATABASE {db}"))
         .await
         .unwrap();
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let m = i64::from(m);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }

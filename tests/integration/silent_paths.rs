@@ -525,6 +525,22 @@ async fn a_pending_xa_branch_costs_no_duplicates_across_restarts() {
     let mut router = setup.start_router();
     // Prepared after the first start (which refuses while branches are prepared).
     wait_http_ok(setup.monitor_port, "/ready", Duration::from_secs(30)).await;
+    // An earlier branch, prepared before the pending one and committed after it: a
+    // resume before the pending one's PREPARE reads this one's commit without its
+    // PREPARE, and must know it was published.
+    let early = format!("{db}-e");
+    let _rollback_early = RollbackIfPrepared(early.clone());
+    let mut early_conn = app_conn().await;
+    sql(
+        &mut early_conn,
+        &[
+            format!("XA START '{early}'"),
+            insert_sql(&db, "xa-0"),
+            format!("XA END '{early}'"),
+            format!("XA PREPARE '{early}'"),
+        ],
+    )
+    .await;
     sql(
         &mut conn,
         &[
@@ -535,27 +551,28 @@ async fn a_pending_xa_branch_costs_no_duplicates_across_restarts() {
         ],
     )
     .await;
+    sql(&mut early_conn, &[format!("XA COMMIT '{early}'")]).await;
     let mut other = app_conn().await;
     for i in 1..=5 {
         sql(&mut other, &[insert_sql(&db, &format!("plain-{i}"))]).await;
     }
-    drain_and_stop(&mut router, &topics, 5);
+    drain_and_stop(&mut router, &topics, 6);
     // Restarted twice while the branch is prepared, once after its commit.
     let mut router = setup.start_router();
     sql(&mut other, &[insert_sql(&db, "plain-6")]).await;
-    drain_and_stop(&mut router, &topics, 6);
+    drain_and_stop(&mut router, &topics, 7);
     let mut router = setup.start_router();
     sql(&mut conn, &[format!("XA COMMIT '{gtrid}'")]).await;
     sql(&mut other, &[insert_sql(&db, "plain-7")]).await;
-    drain_and_stop(&mut router, &topics, 8);
+    drain_and_stop(&mut router, &topics, 9);
     let mut router = setup.start_router();
     std::thread::sleep(Duration::from_secs(2));
-    let log = drain_and_stop(&mut router, &topics, 8);
+    let log = drain_and_stop(&mut router, &topics, 9);
 
     let mut ids: Vec<String> = read_all(&topics).iter().map(Msg::id).collect();
     ids.sort();
     let mut want: Vec<String> = (1..=7).map(|i| format!("plain-{i}")).collect();
-    want.push("xa-1".into());
+    want.extend(["xa-0".into(), "xa-1".into()]);
     want.sort();
     assert_eq!(ids, want, "each event exactly once\n{log}");
 }
