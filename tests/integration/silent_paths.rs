@@ -35,6 +35,20 @@ async fn trigger_table(conn: &mut Conn, db: &str) {
     .await;
 }
 
+/// Prepares XA branch `gtrid` holding one outbox row, `id`, on `conn`.
+async fn prepare_branch(conn: &mut Conn, db: &str, gtrid: &str, id: &str) {
+    sql(
+        conn,
+        &[
+            format!("XA START '{gtrid}'"),
+            insert_sql(db, id),
+            format!("XA END '{gtrid}'"),
+            format!("XA PREPARE '{gtrid}'"),
+        ],
+    )
+    .await;
+}
+
 /// The router's checkpoint is before `position` (FILE, OFFSET): nothing was skipped.
 fn assert_checkpoint_before(setup: &RouterSetup, position: &(String, u64), log: &str) {
     let cp = setup.checkpoint().expect("a checkpoint");
@@ -279,16 +293,7 @@ async fn moves_past_a_prepared_xa_branch_are_refused_or_stop_at_its_commit() {
     let mut conn = app_conn().await;
     let hex: String = gtrid.bytes().map(|b| format!("{b:02x}")).collect();
     let xid = format!("X'{hex}',X'',1");
-    sql(
-        &mut conn,
-        &[
-            format!("XA START '{gtrid}'"),
-            insert_sql(&db, "xa-1"),
-            format!("XA END '{gtrid}'"),
-            format!("XA PREPARE '{gtrid}'"),
-        ],
-    )
-    .await;
+    prepare_branch(&mut conn, &db, &gtrid, "xa-1").await;
     let (file, offset) = binlog_position(&mut conn).await;
     let here = format!("{file}:{offset}");
 
@@ -531,26 +536,8 @@ async fn a_pending_xa_branch_costs_no_duplicates_across_restarts() {
     let early = format!("{db}-e");
     let _rollback_early = RollbackIfPrepared(early.clone());
     let mut early_conn = app_conn().await;
-    sql(
-        &mut early_conn,
-        &[
-            format!("XA START '{early}'"),
-            insert_sql(&db, "xa-0"),
-            format!("XA END '{early}'"),
-            format!("XA PREPARE '{early}'"),
-        ],
-    )
-    .await;
-    sql(
-        &mut conn,
-        &[
-            format!("XA START '{gtrid}'"),
-            insert_sql(&db, "xa-1"),
-            format!("XA END '{gtrid}'"),
-            format!("XA PREPARE '{gtrid}'"),
-        ],
-    )
-    .await;
+    prepare_branch(&mut early_conn, &db, &early, "xa-0").await;
+    prepare_branch(&mut conn, &db, &gtrid, "xa-1").await;
     sql(&mut early_conn, &[format!("XA COMMIT '{early}'")]).await;
     let mut other = app_conn().await;
     for i in 1..=5 {
