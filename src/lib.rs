@@ -45,6 +45,7 @@ pub fn crash_at(name: &str) -> ! {
 
 pub mod bytes_json;
 pub mod checkpoint;
+pub mod civil;
 pub mod config;
 pub mod ha;
 pub mod import;

@@ -73,7 +73,7 @@ pub fn to_epoch_ms(value: &BinlogValue<'_>) -> Result<Option<i64>, String> {
             .map(Some)
             .map_err(|_| "timestamp out of range".into()),
         BinlogValue::Value(Value::Date(y, mo, d, h, mi, s, us)) => {
-            let days = days_from_civil(i64::from(*y), u32::from(*mo), u32::from(*d));
+            let days = crate::civil::days_from_civil(i64::from(*y), u32::from(*mo), u32::from(*d));
             let secs = days * 86_400 + i64::from(*h) * 3600 + i64::from(*mi) * 60 + i64::from(*s);
             Ok(Some(secs * 1000 + i64::from(*us) / 1000))
         }
@@ -81,17 +81,6 @@ pub fn to_epoch_ms(value: &BinlogValue<'_>) -> Result<Option<i64>, String> {
             "timestamp column holds {other:?}, expected DATETIME, TIMESTAMP or epoch ms"
         )),
     }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

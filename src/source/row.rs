@@ -228,7 +228,7 @@ fn timestamp_as_utc(value: BinlogValue<'static>) -> io::Result<BinlogValue<'stat
         return Ok(BinlogValue::Value(Value::Date(0, 0, 0, 0, 0, 0, 0)));
     }
     let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, d) = civil_from_days(days);
+    let (y, m, d) = crate::civil::civil_from_days(days);
     let y = u16::try_from(y).map_err(invalid)?;
     Ok(BinlogValue::Value(Value::Date(
         y,
@@ -239,20 +239,6 @@ fn timestamp_as_utc(value: BinlogValue<'static>) -> io::Result<BinlogValue<'stat
         (rest % 60) as u8,
         micros,
     )))
-}
-
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's
-/// algorithm).
-fn civil_from_days(z: i64) -> (i64, u8, u8) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u8;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// Bit `i` of a little-endian bitmap, as the binlog writes them.

@@ -111,12 +111,14 @@ async fn decodes_every_column_type_like_mysql_common() {
                                 Some(BinlogValue::Value(Value::Date(y, mo, d, h, mi, s, us))),
                                 Some(BinlogValue::Value(Value::Bytes(epoch))),
                             ) if timestamp => {
-                                let secs =
-                                    days_from_civil(i64::from(*y), u32::from(*mo), u32::from(*d))
-                                        * 86_400
-                                        + i64::from(*h) * 3600
-                                        + i64::from(*mi) * 60
-                                        + i64::from(*s);
+                                let secs = outbox_router::civil::days_from_civil(
+                                    i64::from(*y),
+                                    u32::from(*mo),
+                                    u32::from(*d),
+                                ) * 86_400
+                                    + i64::from(*h) * 3600
+                                    + i64::from(*mi) * 60
+                                    + i64::from(*s);
                                 let text = match us {
                                     0 => secs.to_string(),
                                     us => format!("{secs}.{us:06}"),
@@ -150,15 +152,4 @@ async fn decodes_every_column_type_like_mysql_common() {
     conn.query_drop(format!("DROP DATABASE {db}"))
         .await
         .unwrap();
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
