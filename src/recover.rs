@@ -74,6 +74,7 @@ pub async fn recover(
     let flavor = server::flavor(&mut conn).await?;
     // Read before selecting rows: every commit before it is visible to the select.
     let resume_at = server::current_position(&mut conn, flavor).await?;
+    let server_id = server::server_id(&mut conn).await?;
 
     // Re-published rows go out at least once (same event ids); the checkpoint it writes
     // is newer than the last commit marker, so exactly-once mode resumes there.
@@ -90,7 +91,7 @@ pub async fn recover(
     }
     if !opts.dry_run {
         CheckpointStore::create(&config.checkpoint.dir)?
-            .save(&Checkpoint::new(resume_at.clone(), now_ms()))?;
+            .save(&Checkpoint::new(resume_at.clone(), now_ms()).on_server(server_id))?;
     }
     Ok(RecoverReport {
         since_secs,

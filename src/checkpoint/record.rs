@@ -41,6 +41,10 @@ pub struct Checkpoint {
     /// Absent in records of older builds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivered_through: Option<Position>,
+    /// `@@server_id` of the server whose binlog `position` points into: file names and
+    /// offsets only mean something there. Absent in records of older builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_id: Option<u32>,
     /// Commit time of that transaction (ms since epoch), 0 when unknown.
     pub commit_time_ms: i64,
     /// When the checkpoint was written (ms since epoch).
@@ -53,9 +57,31 @@ impl Checkpoint {
         Self {
             position,
             delivered_through: None,
+            server_id: None,
             commit_time_ms,
             written_at_ms: now_ms(),
         }
+    }
+
+    /// The same checkpoint, a position in the binlog of server `server_id`.
+    pub fn on_server(self, server_id: u32) -> Self {
+        Self {
+            server_id: Some(server_id),
+            ..self
+        }
+    }
+
+    /// Whether everything committed up to `other` (a position on server `server_id`) is
+    /// delivered: by GTID where both positions carry one, else by file and offset, which
+    /// is only an answer on the server that wrote the file (`None` otherwise, or for
+    /// differently named binlogs).
+    pub fn includes(&self, other: &Position, server_id: u32) -> Option<bool> {
+        if !self.position.compares_by_gtid(other)
+            && self.server_id.is_some_and(|mine| mine != server_id)
+        {
+            return None;
+        }
+        self.position.includes(other)
     }
 
     /// The same checkpoint, delivered up to `through` beyond its position.
@@ -106,6 +132,7 @@ mod tests {
         Checkpoint {
             position: "mysql-bin.000007:1234 gtid=0-1-99".parse().unwrap(),
             delivered_through: Some("mysql-bin.000007:5678 gtid=0-1-104".parse().unwrap()),
+            server_id: Some(1),
             commit_time_ms: 1_700_000_000_000,
             written_at_ms: 1_700_000_000_500,
         }
@@ -124,6 +151,32 @@ mod tests {
         bytes.extend_from_slice(&crc.to_le_bytes());
         let decoded = Checkpoint::decode(&bytes).unwrap();
         assert_eq!(decoded.delivered_through, None);
+        assert_eq!(decoded.server_id, None);
+    }
+
+    #[test]
+    fn file_positions_compare_only_on_their_server() {
+        let cp = Checkpoint::new("mysql-bin.000009:4".parse().unwrap(), 0).on_server(1);
+        let before: Position = "mysql-bin.000007:1234".parse().unwrap();
+        assert_eq!(cp.includes(&before, 1), Some(true));
+        assert_eq!(
+            cp.includes(&before, 2),
+            None,
+            "another server's mysql-bin.000007"
+        );
+        // Written by an older build: compared by file, as before.
+        let old = Checkpoint {
+            server_id: None,
+            ..cp.clone()
+        };
+        assert_eq!(old.includes(&before, 2), Some(true));
+        // GTIDs name transactions, not files: valid across servers.
+        let gtid =
+            Checkpoint::new("mysql-bin.000001:4 gtid=0-1-10".parse().unwrap(), 0).on_server(1);
+        let snapshot: Position = "mysql-bin.000042:4 gtid=0-1-9".parse().unwrap();
+        assert_eq!(gtid.includes(&snapshot, 2), Some(true));
+        let later: Position = "mysql-bin.000042:4 gtid=0-1-11".parse().unwrap();
+        assert_eq!(gtid.includes(&later, 2), Some(false));
     }
 
     #[test]

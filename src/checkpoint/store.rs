@@ -212,6 +212,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cp = Checkpoint {
             delivered_through: None,
+            server_id: Some(1),
             position: "mysql-bin.000001:500".parse().unwrap(),
             commit_time_ms: 1,
             written_at_ms: 2,
@@ -240,6 +241,7 @@ mod tests {
         let live = CheckpointStore::create(dir.path()).unwrap();
         let cp = Checkpoint {
             delivered_through: None,
+            server_id: Some(1),
             position: "mysql-bin.000001:500".parse().unwrap(),
             commit_time_ms: 1,
             written_at_ms: 2,

@@ -47,6 +47,9 @@ pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<Exi
             Some(cp) if json => println!("{}", serde_json::to_string(&cp)?),
             Some(cp) => {
                 println!("position: {}", cp.position);
+                if let Some(id) = cp.server_id {
+                    println!("server_id: {id}");
+                }
                 println!("commit_time_ms: {}", cp.commit_time_ms);
                 println!("written_at_ms: {}", cp.written_at_ms);
             }
@@ -66,6 +69,7 @@ pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<Exi
             store.save(&Checkpoint {
                 position: position.clone(),
                 delivered_through: None,
+                server_id: Some(source::server::server_id(&mut conn).await?),
                 commit_time_ms: 0,
                 written_at_ms,
             })?;

@@ -65,9 +65,9 @@ pub(super) async fn offsets(
                 key.name
             )
         })?;
-    let server_id = server::variable(&mut conn, "server_id").await?;
-    if let (Some(theirs), Some(ours)) = (offset.server_id, server_id.as_deref()) {
-        if theirs.to_string() != ours && !by_gtid {
+    let ours = server::server_id(&mut conn).await?;
+    if let Some(theirs) = offset.server_id {
+        if theirs != u64::from(ours) && !by_gtid {
             bail!(
                 "Debezium's offset of connector {:?} is a position in the binlog of server {theirs}, and {}:{} is server {ours}: file positions only mean something on the server that wrote them; point source at that server, or use GTIDs",
                 key.name,
@@ -78,7 +78,7 @@ pub(super) async fn offsets(
     }
 
     let commit_time_ms = offset.ts_sec.map_or(0, |s| s * 1000);
-    checkpoints.save(&Checkpoint::new(position.clone(), commit_time_ms))?;
+    checkpoints.save(&Checkpoint::new(position.clone(), commit_time_ms).on_server(ours))?;
     println!(
         "checkpoint set to {position} from connector {:?}'s offset in the {store}{}",
         key.name,

@@ -52,10 +52,35 @@ pub enum OpsError {
         checkpoint: String,
         waited_secs: u64,
     },
+    #[error("the durable checkpoint {checkpoint} is a position in the binlog of server_id {checkpoint_server}, with no GTID to compare, but source points at server_id {server}: file positions only mean something on the server that wrote them, so it proves nothing here (prune deletes nothing, reconcile proves nothing). Point source at the server the router streams from, or let the router write a checkpoint on this one first")]
+    CheckpointOfOtherServer {
+        checkpoint: String,
+        checkpoint_server: u32,
+        server: u32,
+    },
     #[error("archiving into {archive}: copied {copied} row(s) but {deleted} were to be deleted; rolled back, nothing deleted in this batch (does {archive} have the outbox table's columns?)")]
     ArchiveMismatch {
         archive: String,
         copied: u64,
         deleted: u64,
     },
+}
+
+/// Refuses to judge `snapshot` (on server `server_id`) by a checkpoint whose file
+/// position belongs to another server's binlog and that cannot compare by GTID.
+fn same_server(
+    checkpoint: &crate::checkpoint::Checkpoint,
+    snapshot: &crate::position::Position,
+    server_id: u32,
+) -> Result<(), OpsError> {
+    match checkpoint.server_id {
+        Some(theirs) if theirs != server_id && !checkpoint.position.compares_by_gtid(snapshot) => {
+            Err(OpsError::CheckpointOfOtherServer {
+                checkpoint: checkpoint.position.to_string(),
+                checkpoint_server: theirs,
+                server: server_id,
+            })
+        }
+        _ => Ok(()),
+    }
 }

@@ -156,6 +156,7 @@ impl TablePruner<'_> {
         // Dry runs delete nothing, so they step past each round by key.
         let mut after: Option<Value> = None;
         let batch = self.opts.batch.max(1);
+        let server_id = server::server_id(conn).await?;
         while !stop.is_cancelled() {
             // One proof for a round of batches: every key selected in the snapshot is
             // delivered once the checkpoint passes it, however many transactions then
@@ -170,7 +171,7 @@ impl TablePruner<'_> {
             let Some(last) = keys.last().cloned() else {
                 return Ok(());
             };
-            self.wait_until_delivered(&snapshot, checkpoint, stop)
+            self.wait_until_delivered(&snapshot, server_id, checkpoint, stop)
                 .await?;
             for chunk in keys.chunks(batch) {
                 if stop.is_cancelled() {
@@ -251,6 +252,7 @@ impl TablePruner<'_> {
     async fn wait_until_delivered(
         &self,
         snapshot: &Position,
+        server_id: u32,
         mut checkpoint: Checkpoint,
         stop: &CancellationToken,
     ) -> Result<(), OpsError> {
@@ -258,7 +260,8 @@ impl TablePruner<'_> {
         loop {
             // By GTID where both have one; positions in differently named binlogs
             // without GTIDs do not compare: not proven.
-            if checkpoint.position.includes(snapshot) == Some(true) {
+            super::same_server(&checkpoint, snapshot, server_id)?;
+            if checkpoint.includes(snapshot, server_id) == Some(true) {
                 return Ok(());
             }
             if started.elapsed() >= self.opts.wait || stop.is_cancelled() {

@@ -232,8 +232,9 @@ pub async fn reconcile(
     read.map_err(|e| OpsError::Pipeline(Box::new(e)))?;
 
     // Every row in the snapshot is acknowledged once the checkpoint is past it.
+    let server_id = server::server_id(&mut conn).await?;
     let (checkpoint, in_flight_from_ms) = if opts.by_checkpoint {
-        let cp = wait_for_checkpoint(config, &snapshot, opts.wait).await?;
+        let cp = wait_for_checkpoint(config, &snapshot, server_id, opts.wait).await?;
         let from = cp.commit_time_ms - opts.grace.as_millis() as i64;
         (Some(cp), from)
     } else {
@@ -242,7 +243,7 @@ pub async fn reconcile(
     };
     let proven = checkpoint
         .as_ref()
-        .is_some_and(|cp| cp.position.includes(&snapshot) == Some(true));
+        .is_some_and(|cp| cp.includes(&snapshot, server_id) == Some(true));
 
     let mut report = ReconcileReport {
         since: opts.since,
@@ -410,6 +411,7 @@ enum Kind {
 async fn wait_for_checkpoint(
     config: &Config,
     snapshot: &Position,
+    server_id: u32,
     wait: Duration,
 ) -> Result<Checkpoint, OpsError> {
     let dir = &config.checkpoint.dir;
@@ -418,7 +420,8 @@ async fn wait_for_checkpoint(
         let checkpoint = CheckpointStore::peek(dir)?.ok_or_else(|| OpsError::NoCheckpoint {
             dir: dir.display().to_string(),
         })?;
-        let past = checkpoint.position.includes(snapshot) == Some(true);
+        super::same_server(&checkpoint, snapshot, server_id)?;
+        let past = checkpoint.includes(snapshot, server_id) == Some(true);
         if past || started.elapsed() >= wait {
             return Ok(checkpoint);
         }

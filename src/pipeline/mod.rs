@@ -272,6 +272,13 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     metrics.set_checkpoint(&checkpoint);
     let start = &checkpoint.position;
     let by_gtid = start::resume_by_gtid(config, &mut conn, flavor, start).await?;
+    let server_id = server::server_id(&mut conn).await?;
+    if !by_gtid {
+        start::refuse_other_servers_file(&checkpoint, server_id)?;
+    }
+    // Every checkpoint from here on points into this server's binlog.
+    let checkpoint = checkpoint.on_server(server_id);
+    let start = &checkpoint.position;
     let reader = BinlogReader::start(
         conn,
         flavor,

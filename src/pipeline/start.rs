@@ -68,7 +68,8 @@ pub(super) async fn start_position(
         (None, StartFrom::Earliest) => (server::earliest_position(conn).await?, 0),
         (None, StartFrom::At(p)) => (p.clone(), 0),
     };
-    let checkpoint = Checkpoint::new(position.clone(), commit_time_ms);
+    let checkpoint =
+        Checkpoint::new(position.clone(), commit_time_ms).on_server(server::server_id(conn).await?);
     store.save(&checkpoint)?;
     if sink.is_transactional() {
         // The start as the first commit marker: a standby taking over before our first
@@ -140,6 +141,23 @@ pub async fn resume_by_gtid(
         server::ensure_available(conn, start).await?;
     }
     Ok(by_gtid)
+}
+
+/// A resume by file position is only one on the server whose binlog the checkpoint
+/// points into (a failover to a server without GTIDs renames nothing, but every offset
+/// means something else there).
+pub(super) fn refuse_other_servers_file(
+    checkpoint: &Checkpoint,
+    server_id: u32,
+) -> Result<(), PipelineError> {
+    match checkpoint.server_id {
+        Some(theirs) if theirs != server_id => Err(PipelineError::CheckpointOfOtherServer {
+            checkpoint: checkpoint.position.to_string(),
+            checkpoint_server: theirs,
+            server: server_id,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Every exact outbox table name must exist as written (a typo would make its INSERTs

@@ -355,6 +355,16 @@ impl Position {
             _ => self.partial_cmp(other).map(Ordering::is_ge),
         }
     }
+
+    /// Whether [`Position::includes`] answers by GTID (else by file and offset, which
+    /// only means something on the server that wrote the file).
+    pub fn compares_by_gtid(&self, other: &Position) -> bool {
+        match (&self.gtid, &other.gtid) {
+            (GtidState::MariaDb(_), GtidState::MariaDb(theirs)) => !theirs.is_empty(),
+            (GtidState::MySql(_), GtidState::MySql(theirs)) => !theirs.is_empty(),
+            _ => false,
+        }
+    }
 }
 
 impl PartialOrd for Position {

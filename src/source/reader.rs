@@ -494,6 +494,10 @@ impl BinlogReader {
         // Every group maps its own tables before its rows, so between groups the map
         // can be dropped: many tenant tables and table-cache churn would grow it forever.
         if self.table_ids.len() > MAX_TABLE_IDS {
+            tracing::debug!(
+                entries = self.table_ids.len(),
+                "table-id map past its bound: dropped (the next transactions map their tables again)"
+            );
             self.table_ids.clear();
         }
         self.at.offset = end;

@@ -64,6 +64,15 @@ pub async fn variable(conn: &mut Conn, name: &'static str) -> Result<Option<Stri
     }
 }
 
+/// The server's `@@server_id`: whose binlog a file position points into.
+pub async fn server_id(conn: &mut Conn) -> Result<u32, SourceError> {
+    const SQL: &str = "SELECT @@global.server_id";
+    conn.query_first::<u32, _>(SQL)
+        .await
+        .map_err(|source| SourceError::Query { query: SQL, source })?
+        .ok_or_else(|| SourceError::Unexpected("SELECT @@global.server_id returned no row".into()))
+}
+
 /// The server's clock (ms since the epoch): binlog timestamps come from it, so lag and
 /// runway compare like with like.
 pub async fn now_ms(conn: &mut Conn) -> Result<i64, SourceError> {

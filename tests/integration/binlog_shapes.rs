@@ -121,6 +121,40 @@ async fn ddl_with_a_non_ascii_comment_is_a_transaction_like_any_other() {
     assert!(!log.contains("panicked"), "{log}");
 }
 
+/// Table-cache churn gives a table a new table id each time it is opened again
+/// (`FLUSH TABLES t` here; many tenant tables do the same): the reader's map of table
+/// ids grew by one entry per id for the life of the process. It is dropped between
+/// transactions past its bound (4,096), and every outbox row across the drops arrives.
+#[tokio::test(flavor = "multi_thread")]
+async fn table_id_churn_keeps_the_table_map_bounded() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, setup) = fresh("table_ids").await;
+    let db = setup.db.clone();
+    let topics = vec![setup.topic("Order")];
+    const ROWS: usize = 4_500;
+    sql(
+        &mut conn,
+        &[format!(
+            "CREATE PROCEDURE {db}.churn(n INT) BEGIN DECLARE i INT DEFAULT 0; \
+             WHILE i < n DO \
+               INSERT INTO {db}.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+                 VALUES (CONCAT('churn-', i), 'Order', 'o-1', 'OrderHappened', '{{}}'); \
+               FLUSH TABLES {db}.outbox; SET i = i + 1; \
+             END WHILE; END"
+        )],
+    )
+    .await;
+    let mut router = setup.start_router();
+    sql(&mut conn, &[format!("CALL {db}.churn({ROWS})")]).await;
+    let log = drain_and_stop(&mut router, &topics, ROWS);
+    let ids: std::collections::HashSet<String> = read_all(&topics).iter().map(Msg::id).collect();
+    assert_eq!(ids.len(), ROWS, "distinct event ids");
+    assert!(
+        log.contains("table-id map past its bound: dropped"),
+        "4,500 table ids never dropped the map:\n{log}"
+    );
+}
+
 /// An outbox INSERT logged as a statement (a session with binlog_format=STATEMENT) has
 /// no rows in the binlog to publish: the router stops naming table and position.
 #[tokio::test(flavor = "multi_thread")]

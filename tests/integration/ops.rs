@@ -15,7 +15,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::util::*;
 
 /// A user with what `prune` needs and no more (SELECT, DELETE, INSERT for archives).
-fn pruner_user(setup: &mut RouterSetup) {
+pub(crate) fn pruner_user(setup: &mut RouterSetup) {
     root_sql(
         "CREATE USER IF NOT EXISTS 'pruner'@'%' IDENTIFIED BY 'pruner-secret'; \
          GRANT SELECT, DELETE, INSERT ON *.* TO 'pruner'@'%';",
@@ -29,7 +29,7 @@ fn pruner_user(setup: &mut RouterSetup) {
 }
 
 /// Inserts `n` rows `{prefix}-{i}` written `age_days` ago, `per_txn` to a transaction.
-async fn insert_aged(conn: &mut Conn, db: &str, prefix: &str, n: usize, age_days: u32) {
+pub(crate) async fn insert_aged(conn: &mut Conn, db: &str, prefix: &str, n: usize, age_days: u32) {
     for chunk in (0..n).collect::<Vec<_>>().chunks(50) {
         let values: Vec<String> = chunk
             .iter()

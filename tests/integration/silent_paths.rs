@@ -594,3 +594,89 @@ async fn a_kafka_transaction_outliving_its_timeout_is_named_and_retried_longer()
     let ids: Vec<String> = read_all(&topics).iter().map(Msg::id).collect();
     assert_eq!(ids, ["slow-1"], "{log}");
 }
+
+/// A failover to a server without usable GTIDs: the checkpoint's `FILE:OFFSET` names a
+/// place in the old server's binlog, and the new one has files of the same names. The
+/// router resumed there by position (reading whatever the new server has at that
+/// offset), and `prune` compared file numbers and deleted rows nobody delivered. The
+/// checkpoint now records the server's `server_id`: a file position of another server
+/// is refused by `run` (resume_by = "position") and by `prune`; a GTID resume goes on
+/// and the next checkpoint names the new server.
+#[tokio::test(flavor = "multi_thread")]
+async fn file_positions_of_another_server_are_refused() {
+    let _settings = SERVER_SETTINGS.write().await;
+    let (mut conn, mut setup) = fresh("other_server").await;
+    let db = setup.db.clone();
+    let topics = vec![setup.topic("Order")];
+    let old_id: u32 = conn
+        .query_first("SELECT @@global.server_id")
+        .await
+        .unwrap()
+        .unwrap();
+    let new_id = 4_000_000_007u32;
+    setup.source_toml = "resume_by = \"position\"\n".into();
+    let mut router = setup.start_router();
+    sql(&mut conn, &[insert_sql(&db, "old-1")]).await;
+    drain_and_stop(&mut router, &topics, 1);
+    let show = setup.cli(&["checkpoint", "show"]);
+    assert!(
+        String::from_utf8_lossy(&show.stdout).contains(&format!("server_id: {old_id}")),
+        "{}",
+        String::from_utf8_lossy(&show.stdout)
+    );
+
+    // The "new server": same files, another identity.
+    let _restore = RestoreGlobal("server_id", old_id.to_string());
+    sql(&mut conn, &[format!("SET GLOBAL server_id = {new_id}")]).await;
+    let mut router = setup.start_router();
+    let log = router.expect_failure("a file position of another server");
+    assert!(
+        log.contains(&format!("binlog of server_id {old_id}"))
+            && log.contains(&format!("source points at server_id {new_id}")),
+        "{log}"
+    );
+    // By GTID the same checkpoint is valid here; the next one names this server.
+    setup.source_toml = "resume_by = \"auto\"\n".into();
+    let mut router = setup.start_router();
+    sql(&mut conn, &[insert_sql(&db, "new-1")]).await;
+    drain_and_stop(&mut router, &topics, 2);
+    let show = setup.cli(&["checkpoint", "show"]);
+    assert!(
+        String::from_utf8_lossy(&show.stdout).contains(&format!("server_id: {new_id}")),
+        "{}",
+        String::from_utf8_lossy(&show.stdout)
+    );
+
+    // The old server's checkpoint, without GTID and far ahead in a file of the same
+    // name; then undelivered rows on the new one.
+    sql(&mut conn, &[format!("SET GLOBAL server_id = {old_id}")]).await;
+    let (file, offset) = binlog_position(&mut conn).await;
+    let ahead = format!("{file}:{}", offset + 1_000_000_000);
+    let out = setup.cli(&["checkpoint", "set", &ahead]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sql(&mut conn, &[format!("SET GLOBAL server_id = {new_id}")]).await;
+    crate::ops::insert_aged(&mut conn, &db, "undelivered", 20, 30).await;
+    crate::ops::pruner_user(&mut setup);
+    let out = setup.cli(&["prune", "--older-than", "7d", "--wait", "2s"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "prune trusted another server's file position"
+    );
+    assert!(
+        stderr.contains(&format!("binlog of server_id {old_id}")),
+        "{stderr}"
+    );
+    let left: i64 = conn
+        .query_first(format!(
+            "SELECT COUNT(*) FROM {db}.outbox WHERE event_id LIKE 'undelivered-%'"
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(left, 20, "undelivered rows were pruned");
+}
