@@ -64,6 +64,10 @@ pub struct Config {
     /// Operator commands: prune's user, the audit trail, the replay header.
     #[serde(default)]
     pub ops: OpsConfig,
+    /// Keys whose secret is written in the file rather than referenced
+    /// (`${env:…}` / `${file:…}`): warned about by `validate` and `run`.
+    #[serde(skip)]
+    pub inline_secrets: Vec<String>,
 }
 
 // The pipeline is the wiring, not a stage: its limits are part of the composition.
@@ -132,10 +136,20 @@ impl Config {
 
     /// Parses and checks config text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let parse_error = |e: toml::de::Error| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        };
+        // Shape first, from the text: its messages point at lines and columns.
+        toml::from_str::<Config>(text).map_err(parse_error)?;
+        let mut tree: toml::Value = toml::from_str(text).map_err(parse_error)?;
+        let inline_secrets = crate::secret::inline_secrets(&tree);
+        crate::secret::resolve_references(&mut tree).map_err(|e| ConfigError::Invalid {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
+        let mut config: Config = tree.try_into().map_err(parse_error)?;
+        config.inline_secrets = inline_secrets;
         config.check().map_err(|message| ConfigError::Invalid {
             path: path.to_path_buf(),
             message,
@@ -158,6 +172,9 @@ impl Config {
         self.delivery.check()?;
         self.ha.check(&self.delivery)?;
         self.monitor.check()?;
+        if let Some(registry) = &self.value.registry {
+            registry.check()?;
+        }
         // The dead-letter topic is the outbox's setting, checked by the route's rules.
         crate::route::check_topic(&self.outbox.dead_letter_topic)
             .map_err(|e| format!("outbox.dead_letter_topic: {e}"))?;

@@ -15,31 +15,63 @@ use crate::source::{self, server};
 pub struct Finding {
     /// What was checked.
     pub check: String,
-    /// Whether it passed.
-    pub ok: bool,
+    /// Passed, passed with a warning, or failed.
+    pub verdict: Verdict,
     /// What was found.
     pub detail: String,
     /// How to fix it (empty when ok).
     pub fix: String,
 }
 
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing to do.
+    Ok,
+    /// Works, but should be changed (the router runs).
+    Warn,
+    /// The router cannot run correctly like this.
+    Fail,
+}
+
 impl Finding {
     fn ok(check: &str, detail: impl Into<String>) -> Self {
         Self {
             check: check.into(),
-            ok: true,
+            verdict: Verdict::Ok,
             detail: detail.into(),
             fix: String::new(),
         }
     }
-    fn fail(check: &str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+    fn warn(check: &str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
         Self {
-            check: check.into(),
-            ok: false,
-            detail: detail.into(),
+            verdict: Verdict::Warn,
             fix: fix.into(),
+            ..Self::ok(check, detail)
         }
     }
+    fn fail(check: &str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self {
+            verdict: Verdict::Fail,
+            fix: fix.into(),
+            ..Self::ok(check, detail)
+        }
+    }
+}
+
+/// A warning per secret written into the config file itself.
+pub fn inline_secret_findings(config: &Config) -> Vec<Finding> {
+    config
+        .inline_secrets
+        .iter()
+        .map(|key| {
+            Finding::warn(
+                "secrets",
+                format!("{key} is written into the config file"),
+                "reference it instead: \"${env:VARIABLE}\" or \"${file:/run/secrets/NAME}\"",
+            )
+        })
+        .collect()
 }
 
 /// Runs every check; never stops at the first problem.
@@ -60,6 +92,12 @@ pub async fn validate(config: &Config) -> Vec<Finding> {
             let _ = conn.disconnect().await;
         }
     }
+    out.extend(inline_secret_findings(config));
+    let (version, features) = KafkaSink::client_features();
+    out.push(Finding::ok(
+        "kafka client",
+        format!("librdkafka {version}, built with {features}"),
+    ));
     match KafkaSink::check_reachable(&config.kafka, Duration::from_secs(10)).await {
         Ok(n) => out.push(Finding::ok(
             "kafka",

@@ -2,18 +2,26 @@
 
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::args::SinkArg;
 use outbox_router::checkpoint::CheckpointStore;
 use outbox_router::config::Config;
 use outbox_router::monitor::Metrics;
 use outbox_router::pipeline::{self, SinkKind};
+use outbox_router::sink::KafkaSink;
 
 /// Streams until SIGINT/SIGTERM; `init` creates a missing checkpoint store first.
 pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<ExitCode> {
+    for key in &config.inline_secrets {
+        warn!(key = %key, "a secret is written into the config file: reference it as \"${{env:VARIABLE}}\" or \"${{file:PATH}}\"");
+    }
+    if matches!(sink, SinkArg::Kafka) {
+        // Before `--init` creates anything: a property this build cannot honour stops here.
+        KafkaSink::check_properties(&config.kafka).context("kafka.properties")?;
+    }
     if init && !CheckpointStore::exists(&config.checkpoint.dir) {
         CheckpointStore::create(&config.checkpoint.dir)?;
         info!(dir = %config.checkpoint.dir.display(), "run --init: created a new checkpoint store; this first run starts at source.start");

@@ -5,20 +5,24 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use outbox_router::config::Config;
+use outbox_router::validate::Verdict;
 
 /// Prints each check; exit 1 on any problem.
 pub(super) async fn run(config: &Config) -> Result<ExitCode> {
     let findings = outbox_router::validate::validate(config).await;
     let mut failed = 0;
     for f in &findings {
-        if f.ok {
-            println!("ok    {}: {}", f.check, f.detail);
-        } else {
-            failed += 1;
-            println!("FAIL  {}: {}", f.check, f.detail);
-            if !f.fix.is_empty() {
-                println!("      fix: {}", f.fix);
+        let label = match f.verdict {
+            Verdict::Ok => "ok  ",
+            Verdict::Warn => "warn",
+            Verdict::Fail => {
+                failed += 1;
+                "FAIL"
             }
+        };
+        println!("{label}  {}: {}", f.check, f.detail);
+        if !f.fix.is_empty() {
+            println!("      fix: {}", f.fix);
         }
     }
     if failed == 0 {

@@ -114,7 +114,7 @@ impl AvroValues {
             registry: cfg
                 .registry
                 .as_ref()
-                .map(|r| Ok::<_, RegistryError>((Registry::new(&r.url)?, r.subject)))
+                .map(|r| Ok::<_, RegistryError>((Registry::new(r)?, r.subject)))
                 .transpose()?,
             ids: Mutex::default(),
         };

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::secret::Secret;
+
 /// Record value encoding.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -57,6 +59,46 @@ pub struct RegistryConfig {
     /// `topic` (`<topic>-value`, Confluent's default, registered on first use).
     #[serde(default)]
     pub subject: SubjectStrategy,
+    /// PEM file of the CA(s) that signed an `https://` registry's certificate, trusted
+    /// besides the built-in public roots.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// PEM certificate (chain) and private key presented to a registry that asks for a
+    /// client certificate (mutual TLS); both or neither.
+    #[serde(default)]
+    pub client_cert_file: Option<PathBuf>,
+    #[serde(default)]
+    pub client_key_file: Option<PathBuf>,
+    /// HTTP basic authentication (Confluent Cloud: the API key and secret); the
+    /// password as `${env:…}` or `${file:…}`.
+    #[serde(default)]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub password: Option<Secret>,
+    /// A bearer token (OAuth) sent as `Authorization: Bearer …`, as `${env:…}` or
+    /// `${file:…}`; the file is read at start.
+    #[serde(default)]
+    pub bearer_token: Option<Secret>,
+}
+
+impl RegistryConfig {
+    /// What is wrong with these settings, if anything.
+    pub fn check(&self) -> Result<(), String> {
+        if self.client_cert_file.is_some() != self.client_key_file.is_some() {
+            return Err("value.registry: client_cert_file and client_key_file go together".into());
+        }
+        if self.password.is_some() && self.username.is_none() {
+            return Err("value.registry: password without username".into());
+        }
+        if self.bearer_token.is_some() && (self.username.is_some() || self.url_has_credentials()) {
+            return Err("value.registry: bearer_token and basic authentication (username, or credentials in the URL) exclude each other".into());
+        }
+        Ok(())
+    }
+
+    fn url_has_credentials(&self) -> bool {
+        reqwest::Url::parse(&self.url).is_ok_and(|u| !u.username().is_empty())
+    }
 }
 
 /// How registry subjects are named.

@@ -4,8 +4,13 @@
 
 use std::time::Duration;
 
+use std::path::Path;
+
 use apache_avro::Schema;
 use reqwest::Url;
+
+use super::RegistryConfig;
+use crate::secret::Secret;
 
 /// Registry failures; the URL is shown without credentials.
 #[derive(Debug, thiserror::Error)]
@@ -18,6 +23,10 @@ pub enum RegistryError {
         subject: String,
         reason: String,
     },
+    #[error("schema registry {url}: {reason}")]
+    Setup { url: String, reason: String },
+    #[error("schema registry {url}: TLS failed: {reason}. Trust the CA that signed the registry's certificate (value.registry.ca_file), or give the client certificate it asks for (client_cert_file, client_key_file)")]
+    Tls { url: String, reason: String },
     #[error("schema registry {url} refused the schema for subject {subject:?}: {reason} (an incompatible schema under the subject's compatibility rule, or missing rights: fix the registry or the schema, then start again)")]
     Refused {
         url: String,
@@ -34,29 +43,103 @@ impl RegistryError {
     }
 }
 
+/// How requests authenticate.
+#[derive(Debug)]
+enum Auth {
+    None,
+    Basic {
+        user: String,
+        password: Option<Secret>,
+    },
+    Bearer(Secret),
+}
+
 /// A registry at one base URL.
 #[derive(Debug)]
 pub struct Registry {
     client: reqwest::Client,
     base: Url,
+    auth: Auth,
 }
 
 impl Registry {
-    /// A client for the registry at `url` (basic-auth credentials may be in the URL).
-    pub fn new(url: &str) -> Result<Self, RegistryError> {
+    /// A client for the registry `cfg` names: its TLS trust and client certificate, and
+    /// basic (in the URL or `username` / `password`) or bearer authentication.
+    pub fn new(cfg: &RegistryConfig) -> Result<Self, RegistryError> {
         let invalid = |reason: String| RegistryError::Url {
-            url: redact_str(url),
+            url: redact_str(&cfg.url),
             reason,
         };
-        let mut base = Url::parse(url).map_err(|e| invalid(e.to_string()))?;
+        let mut base = Url::parse(&cfg.url).map_err(|e| invalid(e.to_string()))?;
         if !base.path().ends_with('/') {
             base.set_path(&format!("{}/", base.path()));
         }
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| invalid(e.to_string()))?;
-        Ok(Self { client, base })
+        let setup = |reason: String| RegistryError::Setup {
+            url: redact(&base),
+            reason,
+        };
+        let read = |key: &str, path: &Path| {
+            std::fs::read(path).map_err(|e| {
+                setup(format!(
+                    "cannot read value.registry.{key} {}: {e}",
+                    path.display()
+                ))
+            })
+        };
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            .timeout(Duration::from_secs(10));
+        if let Some(path) = &cfg.ca_file {
+            let certs =
+                reqwest::Certificate::from_pem_bundle(&read("ca_file", path)?).map_err(|e| {
+                    setup(format!(
+                        "value.registry.ca_file {}: {}",
+                        path.display(),
+                        chain(&e)
+                    ))
+                })?;
+            if certs.is_empty() {
+                return Err(setup(format!(
+                    "value.registry.ca_file {} holds no PEM certificate",
+                    path.display()
+                )));
+            }
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        if let (Some(cert), Some(key)) = (&cfg.client_cert_file, &cfg.client_key_file) {
+            let mut pem = read("client_cert_file", cert)?;
+            pem.push(b'\n');
+            pem.extend(read("client_key_file", key)?);
+            let identity = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                setup(format!(
+                    "client certificate {} / key {}: {}",
+                    cert.display(),
+                    key.display(),
+                    chain(&e)
+                ))
+            })?;
+            builder = builder.identity(identity);
+        }
+        let client = builder.build().map_err(|e| setup(chain(&e)))?;
+        let auth = match (&cfg.bearer_token, &cfg.username) {
+            (Some(token), _) => Auth::Bearer(token.clone()),
+            (None, Some(user)) => Auth::Basic {
+                user: user.clone(),
+                password: cfg.password.clone(),
+            },
+            (None, None) if !base.username().is_empty() => Auth::Basic {
+                user: base.username().to_string(),
+                password: base.password().map(Secret::new),
+            },
+            (None, None) => Auth::None,
+        };
+        // Credentials travel in the Authorization header only, never in a URL that an
+        // error could print.
+        let _ = base.set_username("");
+        let _ = base.set_password(None);
+        Ok(Self { client, base, auth })
     }
 
     /// Registers `schema` under `subject` (or finds it registered) and returns its id.
@@ -77,13 +160,24 @@ impl Registry {
             .post(url)
             .header("Content-Type", "application/vnd.schemaregistry.v1+json")
             .json(&serde_json::json!({ "schema": text }));
-        if !self.base.username().is_empty() {
-            request = request.basic_auth(self.base.username(), self.base.password());
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| fail(e.without_url().to_string()))?;
+        request = match &self.auth {
+            Auth::None => request,
+            Auth::Basic { user, password } => {
+                request.basic_auth(user, password.as_ref().map(Secret::expose))
+            }
+            Auth::Bearer(token) => request.bearer_auth(token.expose()),
+        };
+        let response = request.send().await.map_err(|e| {
+            let tls = tls_failure(&e);
+            let reason = chain(&e.without_url());
+            match tls {
+                true => RegistryError::Tls {
+                    url: redact(&self.base),
+                    reason,
+                },
+                false => fail(reason),
+            }
+        })?;
         let status = response.status();
         let body: serde_json::Value = response.json().await.map_err(|e| {
             fail(format!(
@@ -119,6 +213,35 @@ fn redact(url: &Url) -> String {
     u.to_string()
 }
 
+/// An error with every cause after it: reqwest's own message is "error sending
+/// request", the reason (a refused certificate, a reset connection) is in its sources.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let next = s.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// Whether a request failed in the TLS handshake (a certificate refused either way):
+/// no retry helps, the configuration must change.
+fn tls_failure(e: &reqwest::Error) -> bool {
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<rustls::Error>().is_some() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 fn redact_str(url: &str) -> String {
     Url::parse(url)
         .map(|u| redact(&u))
@@ -131,12 +254,14 @@ mod tests {
 
     #[test]
     fn credentials_never_shown() {
-        let e = Registry::new("http://user:s3cret@127.0.0.1:1/x")
-            .unwrap()
-            .base
-            .clone();
-        assert!(!redact(&e).contains("s3cret"));
-        let bad = Registry::new("not a url with s3cret")
+        let cfg = |url: &str| RegistryConfig {
+            url: url.into(),
+            ..toml::from_str("url = \"\"").unwrap()
+        };
+        let registry = Registry::new(&cfg("http://user:s3cret@127.0.0.1:1/x")).unwrap();
+        assert!(!format!("{registry:?}").contains("s3cret"), "{registry:?}");
+        assert!(matches!(&registry.auth, Auth::Basic { user, .. } if user == "user"));
+        let bad = Registry::new(&cfg("not a url with s3cret"))
             .unwrap_err()
             .to_string();
         assert!(!bad.contains("s3cret"), "{bad}");

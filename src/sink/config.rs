@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 /// Kafka producer settings.
-#[derive(Debug, Deserialize)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
     /// Broker list.
@@ -86,6 +86,25 @@ impl KafkaConfig {
             .get("message.max.bytes")
             .and_then(|v| v.parse().ok())
             .unwrap_or(1_000_000)
+    }
+}
+
+impl std::fmt::Debug for KafkaConfig {
+    /// Secret properties (`sasl.password`, …) show as `***`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let properties: BTreeMap<&str, &str> = self
+            .properties
+            .iter()
+            .map(|(k, v)| match crate::secret::is_secret_key(k) {
+                true => (k.as_str(), "***"),
+                false => (k.as_str(), v.as_str()),
+            })
+            .collect();
+        f.debug_struct("KafkaConfig")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("properties", &properties)
+            .field("topics", &self.topics)
+            .finish()
     }
 }
 
@@ -171,4 +190,30 @@ fn default_commit_max_records() -> usize {
 }
 fn default_commit_max_ms() -> u64 {
     100
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_hides_secret_properties() {
+        let cfg = KafkaConfig {
+            properties: [
+                ("sasl.username", "alice"),
+                ("sasl.password", "alice-secret"),
+                ("ssl.key.password", "key-secret"),
+                ("sasl.oauthbearer.client.secret", "oidc-secret"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            ..KafkaConfig::default()
+        };
+        let text = format!("{cfg:?}");
+        assert!(text.contains("alice"), "{text}");
+        for secret in ["alice-secret", "key-secret", "oidc-secret"] {
+            assert!(!text.contains(secret), "{text}");
+        }
+    }
 }

@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 pub use config::{DeliveryConfig, DeliveryMode, KafkaConfig, TopicRule, TopicsConfig};
-pub use kafka::{client_config, consumer_config, KafkaSink};
+pub use kafka::{client_config, consumer_config, KafkaSink, Unreachable};
 pub use markers::{newest, Newest};
 pub use scan::{scan, Scanned};
 pub use stdout::StdoutSink;

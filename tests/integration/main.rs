@@ -20,6 +20,7 @@ mod large;
 mod ops;
 mod outage;
 mod rows;
+mod secured_kafka;
 mod security;
 mod signals;
 mod silent_paths;

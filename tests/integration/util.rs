@@ -398,11 +398,17 @@ interval_secs = 1
 
     /// Runs a CLI command of the router to completion.
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        self.cli_env(args, &[])
+    }
+
+    /// `cli` with extra environment variables (secrets the config references).
+    pub fn cli_env(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
         Command::new(router_bin())
             .arg("--config")
             .arg(self.config_path())
             .args(args)
             .env("IT_CDC_PASSWORD", "cdc-secret")
+            .envs(env.iter().copied())
             .output()
             .unwrap()
     }
@@ -440,8 +446,8 @@ interval_secs = 1
         // A first start is explicit, as in production (builds from before `checkpoint
         // init`, under IT_ROUTER_BIN, created the store themselves).
         let older_build = std::env::var_os("IT_ROUTER_BIN").is_some();
-        if !self.dir.path().join("checkpoint").exists() {
-            let init = self.cli(&["checkpoint", "init"]);
+        if !run_args.contains(&"--init") && !self.dir.path().join("checkpoint").exists() {
+            let init = self.cli_env(&["checkpoint", "init"], env);
             assert!(
                 older_build || init.status.success(),
                 "checkpoint init: {init:?}"

@@ -1,7 +1,11 @@
 //! Values that must never be printed, and where they are read from.
 
+mod reference;
+
 use std::fmt;
 use std::path::Path;
+
+pub use reference::{inline_secrets, is_secret_key, resolve_references};
 
 /// A value that must never be printed: `Debug` shows `***`.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -18,6 +22,12 @@ impl Secret {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Secret)
+    }
+}
+
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("***")
@@ -26,8 +36,14 @@ impl fmt::Debug for Secret {
 
 /// A secret that was configured but could not be read (the message never holds it).
 #[derive(Debug, thiserror::Error)]
-#[error("password: {0}")]
+#[error("secret: {0}")]
 pub struct SecretError(String);
+
+impl SecretError {
+    fn new(message: String) -> Self {
+        Self(message)
+    }
+}
 
 /// Reads a secret from the environment variable `env` or the first line of `file`
 /// (`key` names the setting in messages); `None` when neither is configured.
