@@ -234,10 +234,18 @@ fn chain(e: &dyn std::error::Error) -> String {
 fn tls_failure(e: &reqwest::Error) -> bool {
     let mut source: Option<&dyn std::error::Error> = Some(e);
     while let Some(s) = source {
-        if s.downcast_ref::<rustls::Error>().is_some() {
+        if s.is::<rustls::Error>() {
             return true;
         }
-        source = s.source();
+        // rustls reports through io::Errors (nested), whose `source()` skips the error
+        // they wrap.
+        source = match s
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &dyn std::error::Error),
+            None => s.source(),
+        };
     }
     false
 }

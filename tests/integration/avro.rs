@@ -515,3 +515,57 @@ async fn schema_refused_by_the_registry_stops_the_router() {
     let mut router = setup.start_router();
     drain_and_stop(&mut router, &topics, 1);
 }
+
+/// The registry's URL over HTTPS (certificate of the private CA in `.local/tls`).
+fn registry_https_url() -> String {
+    let port: u16 = std::env::var("OUTBOX_REGISTRY_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(8081);
+    format!("https://127.0.0.1:{}/apis/ccompat/v7", port + 1)
+}
+
+/// A registry over HTTPS: trusting the private CA (`ca_file`), values carry the ids the
+/// registry gave; trusting only the public roots, or another CA, the router stops at
+/// once with the TLS failure and the key to fix, rather than retrying forever.
+#[tokio::test(flavor = "multi_thread")]
+async fn registry_over_https_with_the_private_ca_and_a_wrong_one() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let _registry = take_registry(true).await;
+    let (mut conn, mut setup, dlq) = avro_fresh("avro_https", None).await;
+    let base = setup.extra_toml.clone();
+    let with_ca = |ca: Option<&str>| {
+        let ca = ca
+            .map(|c| format!(", ca_file = {:?}", crate::secured_kafka::tls_file(c)))
+            .unwrap_or_default();
+        format!(
+            "{base}registry = {{ url = \"{}\", subject = \"topic\"{ca} }}\n",
+            registry_https_url()
+        )
+    };
+    insert_rows(
+        &mut conn,
+        &setup.db,
+        &[("tls-1", "Order", "OrderCreated", CREATED)],
+    )
+    .await;
+    for ca in [None, Some("other-ca.pem")] {
+        setup.extra_toml = with_ca(ca);
+        let mut router = setup.start_router();
+        let log = router.expect_failure("an untrusted registry certificate");
+        assert!(
+            log.contains("TLS failed")
+                && log.contains("UnknownIssuer")
+                && log.contains("value.registry.ca_file"),
+            "{ca:?}:\n{log}"
+        );
+    }
+    setup.extra_toml = with_ca(Some("ca.pem"));
+    let topics = vec![setup.topic("Order"), dlq];
+    let mut router = setup.start_router();
+    drain_and_stop(&mut router, &topics, 1);
+    let msgs = read_all(&topics);
+    assert_eq!(msgs.len(), 1);
+    let (_, name, _) = decode_confluent(msgs[0].payload.as_deref().unwrap()).await;
+    assert_eq!(name, "OrderCreated");
+}

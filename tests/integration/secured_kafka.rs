@@ -266,3 +266,43 @@ async fn an_unusable_kafka_property_stops_run_before_init() {
         "run --init created the store before failing"
     );
 }
+
+/// SASL_SSL with OAUTHBEARER through OIDC client credentials: librdkafka fetches a JWT
+/// from the local token endpoint (`scripts/kafka/oidc.py`), the broker validates its
+/// signature against the endpoint's JWKS. A wrong client secret is named as the token
+/// endpoint's refusal; the secret itself, from the environment, appears nowhere.
+#[tokio::test(flavor = "multi_thread")]
+async fn sasl_ssl_oauthbearer_with_oidc_client_credentials() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, mut setup) = fresh("kafka_oidc").await;
+    setup.kafka_bootstrap = sasl_ssl_bootstrap();
+    let ca = tls_file("ca.pem");
+    let token_url = format!("http://{}/token", secured_bootstrap(8));
+    setup.kafka_properties = props(&[
+        ("security.protocol", "SASL_SSL"),
+        ("ssl.ca.location", &ca),
+        ("sasl.mechanism", "OAUTHBEARER"),
+        ("sasl.oauthbearer.method", "oidc"),
+        ("sasl.oauthbearer.client.id", "router"),
+        ("sasl.oauthbearer.client.secret", "${env:IT_OIDC_SECRET}"),
+        ("sasl.oauthbearer.token.endpoint.url", &token_url),
+    ]);
+    let secrets = ["router-oidc-secret", "wrong-oidc-secret", "cdc-secret"];
+    let (ok, text) = validate(&setup, &[("IT_OIDC_SECRET", "wrong-oidc-secret")]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("FAIL  kafka")
+            && text.contains("OAUTHBEARER token")
+            && text.contains("invalid_client"),
+        "{text}"
+    );
+    assert_hidden(&secrets, "validate", &text);
+
+    let env = [("IT_OIDC_SECRET", "router-oidc-secret")];
+    let (ok, text) = validate(&setup, &env);
+    assert!(ok, "{text}");
+    assert!(text.contains("oidc"), "{text}");
+    let (log, status) = deliver(&mut conn, &setup, &env, ("oidc", 20, 20)).await;
+    assert_hidden(&secrets, "the log", &log);
+    assert_hidden(&secrets, "/status", &status);
+}

@@ -21,7 +21,14 @@ struct Pair {
 }
 
 async fn pair(name: &str) -> Pair {
+    pair_on(name, kafka_bootstrap(), Vec::new()).await
+}
+
+/// `pair` on the Kafka listener at `bootstrap` with these client properties.
+async fn pair_on(name: &str, bootstrap: String, properties: Vec<(String, String)>) -> Pair {
     let (_conn, mut a) = fresh(name).await;
+    a.kafka_bootstrap = bootstrap;
+    a.kafka_properties = properties;
     let pid = std::process::id();
     let ha = format!(
         "[delivery]\n{}\n\
@@ -32,6 +39,8 @@ async fn pair(name: &str) -> Pair {
     a.extra_toml = format!("{ha}instance = \"a\"\n");
     let mut b = RouterSetup::new(&a.db, a.server_id, ("x".into(), 4));
     b.start = a.start.clone();
+    b.kafka_bootstrap = a.kafka_bootstrap.clone();
+    b.kafka_properties = a.kafka_properties.clone();
     b.flush_interval_ms = 20;
     b.extra_toml = format!("{ha}instance = \"b\"\n");
     let topics = TYPES.iter().map(|t| a.topic(t)).collect();
@@ -157,7 +166,37 @@ async fn finish(p: &Pair, leader: &mut RouterProcess, writer: Writer, scenario: 
 #[tokio::test(flavor = "multi_thread")]
 async fn standby_takes_over_after_kill9() {
     let _settings = SERVER_SETTINGS.read().await;
-    let p = pair("ha_kill").await;
+    kill9_takeover(pair("ha_kill").await, "kill -9").await;
+}
+
+/// The exactly-once + standby shape on the SASL_SSL listener (SCRAM-SHA-512, the
+/// password from the environment): the lock group, the transactional producer and the
+/// commit-marker reader all authenticate; the takeover loses and repeats nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn standby_takes_over_after_kill9_over_sasl_ssl() {
+    let _settings = SERVER_SETTINGS.read().await;
+    std::env::set_var("IT_HA_SCRAM_PASSWORD", "alice-scram-secret");
+    let properties = [
+        ("security.protocol", "SASL_SSL"),
+        ("ssl.ca.location", &crate::secured_kafka::tls_file("ca.pem")),
+        ("sasl.mechanism", "SCRAM-SHA-512"),
+        ("sasl.username", "alice"),
+        ("sasl.password", "${env:IT_HA_SCRAM_PASSWORD}"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let p = pair_on(
+        "ha_kill_sasl",
+        crate::secured_kafka::sasl_ssl_bootstrap(),
+        properties,
+    )
+    .await;
+    kill9_takeover(p, "kill -9 over SASL_SSL").await;
+}
+
+/// Leader `a` killed with SIGKILL mid-stream: `b` takes over and delivers the rest.
+async fn kill9_takeover(p: Pair, scenario: &str) {
     let (mut a, mut b, writer) = leader_and_standby(&p).await;
     a.kill9();
     let took = wait_streaming(p.b.monitor_port, Duration::from_secs(90), &b).await;
@@ -178,7 +217,7 @@ async fn standby_takes_over_after_kill9() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    finish(&p, &mut b, writer, "kill -9").await;
+    finish(&p, &mut b, writer, scenario).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
