@@ -238,6 +238,17 @@ dir = "/tmp/x"
 "#;
 
     #[test]
+    fn the_example_config_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/example.toml");
+        let config = Config::load(&path).unwrap();
+        assert!(
+            config.inline_secrets.is_empty(),
+            "{:?}",
+            config.inline_secrets
+        );
+    }
+
+    #[test]
     fn minimal_config_gets_debezium_defaults() {
         let c = Config::parse(MINIMAL, Path::new("t.toml")).unwrap();
         assert_eq!(c.route.topic, "outbox.event.${routedByValue}");
