@@ -18,14 +18,16 @@
 //!              path back from the sink to the checkpoint), supervisor and restarts
 //! monitor/     beside the flow: metrics, progress, status verdict, HTTP endpoints
 //! ha/          beside the flow: hot standby's lock (which instance streams)
-//! config       the file: the stages' sections composed, loaded, checked
-//! ops/        operator commands beside the flow: prune (and the audit trail)
-//! recover, validate, import   operator commands built from the stages
+//! config/      the file: the stages' sections composed, loaded, checked (with the
+//!              sections of the wiring and the operator commands, which are no stage)
+//! ops/         operator commands beside the flow: validate, import, recover, prune,
+//!              replay, reconcile (and the audit trail)
 //! ```
 //!
 //! Imports follow the arrows: a stage uses earlier stages' types and `monitor` (which
-//! uses none of the later ones); `pipeline` and the commands use everything; nothing
-//! imports `pipeline` but the commands.
+//! uses none of the later ones); `config` composes the stages' sections; `pipeline` and
+//! `ops` use everything; nothing imports `pipeline` but `ops`, nothing imports `ops`.
+//! No module imports one that imports it back (`tests/layout.rs` checks).
 
 /// Aborts the process at a named fault-injection point when the `FAILPOINTS`
 /// environment variable enables it, like a `kill -9` there. Compiled in only with the
@@ -48,16 +50,13 @@ pub mod checkpoint;
 pub mod civil;
 pub mod config;
 pub mod ha;
-pub mod import;
 pub mod monitor;
 pub mod ops;
 pub mod outbox;
 pub mod pattern;
 pub mod pipeline;
 pub mod position;
-pub mod recover;
 pub mod route;
 pub mod secret;
 pub mod sink;
 pub mod source;
-pub mod validate;

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use super::args::CheckpointAction;
 use outbox_router::checkpoint::{Checkpoint, CheckpointStore};
 use outbox_router::config::Config;
-use outbox_router::import::offsets::DebeziumOffset;
+use outbox_router::ops::import::offsets::DebeziumOffset;
 use outbox_router::pipeline::refuse_move_past_prepared_xa;
 use outbox_router::position::Position;
 use outbox_router::sink::KafkaSink;

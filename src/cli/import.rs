@@ -9,14 +9,14 @@ use anyhow::{bail, Context, Result};
 
 use outbox_router::checkpoint::{Checkpoint, CheckpointStore};
 use outbox_router::config::Config;
-use outbox_router::import::offsets::{self, ConnectorKey, OffsetStore};
+use outbox_router::ops::import::offsets::{self, ConnectorKey, OffsetStore};
 use outbox_router::pipeline::{refuse_move_past_prepared_xa, resume_by_gtid};
 use outbox_router::source::{self, server};
 
 /// Prints the imported config; unmapped keys go to stderr.
 pub(super) fn run(file: &Path) -> Result<ExitCode> {
     let settings = read_connector(file)?;
-    let imported = outbox_router::import::import(&settings);
+    let imported = outbox_router::ops::import::import(&settings);
     print!("{}", imported.toml);
     if !imported.unmapped.is_empty() {
         eprintln!("not carried over ({}):", imported.unmapped.len());
@@ -98,6 +98,6 @@ pub(super) async fn offsets(
 fn read_connector(file: &Path) -> Result<BTreeMap<String, String>> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    outbox_router::import::parse_connector(&text)
+    outbox_router::ops::import::parse_connector(&text)
         .with_context(|| format!("reading {}", file.display()))
 }

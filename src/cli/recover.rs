@@ -6,7 +6,7 @@ use anyhow::Result;
 
 use super::args::RecoverArgs;
 use outbox_router::config::Config;
-use outbox_router::recover::{recover, RecoverOptions};
+use outbox_router::ops::recover::{recover, RecoverOptions};
 
 /// Re-publishes (or, dry, counts) and reports.
 pub(super) async fn run(config: &Config, opts: RecoverArgs) -> Result<ExitCode> {

@@ -5,11 +5,11 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use outbox_router::config::Config;
-use outbox_router::validate::Verdict;
+use outbox_router::ops::validate::Verdict;
 
 /// Prints each check; exit 1 on any problem.
 pub(super) async fn run(config: &Config) -> Result<ExitCode> {
-    let findings = outbox_router::validate::validate(config).await;
+    let findings = outbox_router::ops::validate::validate(config).await;
     let mut failed = 0;
     for f in &findings {
         let label = match f.verdict {

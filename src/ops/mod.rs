@@ -1,18 +1,24 @@
-//! Operator commands beside the flow: they read the outbox tables and the durable
-//! checkpoint, never the running router's state, so they work while it streams.
+//! Operator commands beside the flow, in one place: they read the outbox tables, the
+//! server and the durable checkpoint, never the running router's state, so they work
+//! while it streams. Each has a thin twin in the binary's `cli/`.
 //!
+//! - `validate`: everything the router needs from the server and Kafka.
+//! - `import`: a config and the first checkpoint from a Debezium connector's.
+//! - `recover`: past a purged binlog, re-publishing from the outbox tables.
 //! - `prune`: delete outbox rows that are provably delivered, in small batches.
 //! - `replay`: publish chosen rows again with their event ids, throttled, audited.
 //! - `reconcile`: compare a window of rows with what the topics hold, by event id.
 //! - `audit`: the trail of every replay.
 
 pub mod audit;
-mod config;
+pub mod import;
 pub mod prune;
 pub mod reconcile;
+pub mod recover;
 pub mod replay;
+pub mod validate;
 
-pub use config::OpsConfig;
+pub use crate::config::OpsConfig;
 
 use crate::checkpoint::CheckpointError;
 use crate::secret::SecretError;

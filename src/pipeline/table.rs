@@ -143,7 +143,13 @@ pub(crate) async fn republish(
                 }
             }
         }
-        tracing::info!(%table, events, "published outbox rows from the table");
+        // reconcile and dry runs only read: the log says what happened.
+        match sink {
+            Sink::Null => {
+                tracing::info!(%table, events, "read outbox rows from the table, publishing nothing")
+            }
+            _ => tracing::info!(%table, events, "published outbox rows from the table"),
+        }
     }
     Ok(events)
 }

@@ -7,10 +7,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+mod ops;
+
+pub use ops::OpsConfig;
+
 use crate::checkpoint::CheckpointConfig;
 use crate::ha::HaConfig;
 use crate::monitor::MonitorConfig;
-use crate::ops::OpsConfig;
 use crate::outbox::OutboxConfig;
 use crate::route::{RouteConfig, ValueConfig};
 use crate::sink::{DeliveryConfig, KafkaConfig};

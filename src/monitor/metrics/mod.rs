@@ -1,8 +1,13 @@
-//! Process-wide metrics in a Prometheus registry; clones update the same values.
+//! Process-wide metrics in a Prometheus registry; clones update the same values. The
+//! registry and the counters the stages bump live here; `/ready` and the instance's
+//! role, the `/status` cache and librdkafka's statistics each in their own file.
+
+mod kafka_stats;
+mod readiness;
+mod status_cache;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -13,10 +18,9 @@ use prometheus_client::registry::Registry;
 
 use prometheus_client::metrics::gauge::Gauge as FloatGaugeBase;
 
-use super::role::{Role, RoleState};
-use super::status::Live;
+use super::role::RoleState;
 use super::{Progress, Status};
-use crate::checkpoint::{now_ms, Checkpoint};
+use crate::checkpoint::Checkpoint;
 use crate::position::Position;
 use crate::source::RowOp;
 
@@ -352,121 +356,6 @@ impl Metrics {
     pub fn reader_blocked(&self, secs: f64) {
         self.0.reader_blocked_seconds.inc_by(secs);
     }
-    /// Where the reader has routed up to (`None` before its first transaction).
-    pub fn reader_position(&self) -> Option<Position> {
-        self.0.state.lock().expect("metrics state").reader.clone()
-    }
-    /// Sets how long deliveries may stall before `/ready` fails.
-    pub fn set_ready_max_stall(&self, d: Duration) {
-        self.0
-            .ready_max_stall_ms
-            .store(d.as_millis() as u64, Ordering::Relaxed);
-    }
-    /// `Ok` when streaming and delivering; else why not (for `/ready`).
-    pub fn readiness(&self) -> Result<(), String> {
-        {
-            let state = self.0.state.lock().expect("metrics state");
-            if state.role.role == Role::Standby {
-                return state.role.standby_check.clone();
-            }
-        }
-        if !self.is_connected() {
-            return Err("not connected to the binlog".into());
-        }
-        let stalled = self.0.progress.stalled_for();
-        let bound = Duration::from_millis(self.0.ready_max_stall_ms.load(Ordering::Relaxed));
-        if stalled > bound {
-            return Err(format!(
-                "{} record(s) waiting {:.0} s without a delivery (bound: monitor.ready_max_stall_secs = {})",
-                self.0.progress.records(),
-                stalled.as_secs_f64(),
-                bound.as_secs()
-            ));
-        }
-        Ok(())
-    }
-    /// Publishes librdkafka's statistics.
-    pub fn kafka_statistics(&self, stats: &rdkafka::Statistics) {
-        let i = &self.0;
-        i.producer_queue_messages.set(stats.msg_cnt as i64);
-        i.producer_queue_bytes.set(stats.msg_size as i64);
-        for b in stats.brokers.values() {
-            // librdkafka's bootstrap placeholders have no node id and never carry traffic.
-            if b.nodeid < 0 {
-                continue;
-            }
-            let broker = b.name.clone();
-            i.broker_up
-                .get_or_create(&vec![("broker", broker.clone())])
-                .set(i64::from(b.state == "UP"));
-            if let Some(rtt) = &b.rtt {
-                for (quantile, micros) in [("avg", rtt.avg), ("p99", rtt.p99)] {
-                    i.broker_rtt_seconds
-                        .get_or_create(&vec![
-                            ("broker", broker.clone()),
-                            ("quantile", quantile.to_string()),
-                        ])
-                        .set(micros as f64 / 1e6);
-                }
-            }
-        }
-    }
-    /// Records a durable checkpoint write.
-    pub fn checkpoint_written(&self, checkpoint: &Checkpoint) {
-        self.0.checkpoint_writes.inc();
-        self.set_checkpoint(checkpoint);
-    }
-    /// Publishes the current durable checkpoint (e.g. the one found at start).
-    pub fn set_checkpoint(&self, checkpoint: &Checkpoint) {
-        self.0
-            .checkpoint_offset
-            .set(checkpoint.position.offset as i64);
-        self.0
-            .checkpoint_file_index
-            .set(checkpoint.position.file.index() as i64);
-        self.0.checkpoint_age_seconds.set(0);
-        self.0.state.lock().expect("metrics state").checkpoint = Some(checkpoint.clone());
-    }
-    /// This instance's part: single, leader or standby (`instance`: its `[ha]` name).
-    pub fn set_role(&self, role: Role, instance: Option<&str>) {
-        self.0.leader.set(i64::from(role != Role::Standby));
-        if role != Role::Standby {
-            self.0.standby_ready.set(0);
-        }
-        let mut state = self.0.state.lock().expect("metrics state");
-        state.role.role = role;
-        state.role.instance = instance.map(str::to_string);
-        if role == Role::Standby {
-            state.role.standby_check = Err("standby: not checked yet".into());
-        }
-    }
-    /// This instance's part.
-    pub fn role(&self) -> Role {
-        self.0.state.lock().expect("metrics state").role.role
-    }
-    /// A standby's check: `Ok` when it could take over, else why not.
-    pub fn set_standby_check(&self, check: Result<(), String>) {
-        self.0.standby_ready.set(i64::from(check.is_ok()));
-        self.0
-            .state
-            .lock()
-            .expect("metrics state")
-            .role
-            .standby_check = check;
-    }
-    /// The lock was taken and the stream connected `after` the assignment.
-    pub fn took_over(&self, after: Duration) {
-        self.0.takeovers.inc();
-        self.0.takeover_seconds.set(after.as_secs_f64());
-    }
-    /// The leader lost the lock.
-    pub fn lost_lock(&self) {
-        self.0.lock_losses.inc();
-    }
-    /// The producer was fenced.
-    pub fn fenced(&self) {
-        self.0.fenced.inc();
-    }
     /// Sets how many table patterns match no table.
     pub fn set_unmatched_patterns(&self, n: usize) {
         self.0.unmatched_patterns.set(n as i64);
@@ -478,66 +367,6 @@ impl Metrics {
     /// True while the binlog stream is connected.
     pub fn is_connected(&self) -> bool {
         self.0.connected.get() == 1
-    }
-    /// The last durable checkpoint.
-    pub fn checkpoint(&self) -> Option<Checkpoint> {
-        self.0
-            .state
-            .lock()
-            .expect("metrics state")
-            .checkpoint
-            .clone()
-    }
-    /// Publishes a freshly observed status in gauges and for `/status`.
-    pub fn set_status(&self, status: &Status) {
-        let i = &self.0;
-        i.lag_ms.set(status.lag_ms.unwrap_or(-1));
-        i.bytes_behind
-            .set(status.bytes_behind.map_or(0, |b| b as i64));
-        i.runway_seconds.set(status.runway_secs.unwrap_or(-1));
-        i.retention_seconds
-            .set(status.retention_secs.unwrap_or(0) as i64);
-        i.settings_problems.set(status.server_settings.len() as i64);
-        if let Some(age) = status.checkpoint_age_secs {
-            i.checkpoint_age_seconds.set(age);
-        }
-        i.state.lock().expect("metrics state").status = Some(status.clone());
-    }
-    /// The last observed status, with the router's live view as of now.
-    pub fn status(&self) -> Option<Status> {
-        let mut status = self.0.state.lock().expect("metrics state").status.clone()?;
-        if let Some(lag) = self.held_lag_ms() {
-            status.lag_ms = Some(lag);
-        }
-        status.live = Some(self.live());
-        Some(status)
-    }
-    /// What the running router holds and whether it delivers, now.
-    pub fn live(&self) -> Live {
-        let progress = &self.0.progress;
-        let readiness = self.readiness();
-        let (role, instance) = {
-            let state = self.0.state.lock().expect("metrics state");
-            (state.role.role, state.role.instance.clone())
-        };
-        Live {
-            ready: readiness.is_ok(),
-            not_ready_reason: readiness.err(),
-            in_flight_records: progress.records(),
-            delivery_stall_secs: progress.stalled_for().as_secs_f64(),
-            reader_position: self.reader_position().map(|p| p.to_string()),
-            role,
-            instance,
-        }
-    }
-    /// Lag from what the router holds: now minus the commit time of the oldest
-    /// transaction read and not yet acknowledged (`None` when it holds nothing).
-    pub fn held_lag_ms(&self) -> Option<i64> {
-        self.0
-            .progress
-            .oldest_commit_ms()
-            .filter(|c| *c > 0)
-            .map(|c| (now_ms() - c).max(0))
     }
     /// The registry in Prometheus text format.
     pub fn encode(&self) -> String {

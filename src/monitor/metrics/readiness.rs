@@ -1,0 +1,80 @@
+//! `/ready` and the instance's part in a hot-standby pair: whether it streams and
+//! delivers, or as a standby could take over.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::Metrics;
+use crate::monitor::role::Role;
+
+impl Metrics {
+    /// Sets how long deliveries may stall before `/ready` fails.
+    pub fn set_ready_max_stall(&self, d: Duration) {
+        self.0
+            .ready_max_stall_ms
+            .store(d.as_millis() as u64, Ordering::Relaxed);
+    }
+    /// `Ok` when streaming and delivering; else why not (for `/ready`).
+    pub fn readiness(&self) -> Result<(), String> {
+        {
+            let state = self.0.state.lock().expect("metrics state");
+            if state.role.role == Role::Standby {
+                return state.role.standby_check.clone();
+            }
+        }
+        if !self.is_connected() {
+            return Err("not connected to the binlog".into());
+        }
+        let stalled = self.0.progress.stalled_for();
+        let bound = Duration::from_millis(self.0.ready_max_stall_ms.load(Ordering::Relaxed));
+        if stalled > bound {
+            return Err(format!(
+                "{} record(s) waiting {:.0} s without a delivery (bound: monitor.ready_max_stall_secs = {})",
+                self.0.progress.records(),
+                stalled.as_secs_f64(),
+                bound.as_secs()
+            ));
+        }
+        Ok(())
+    }
+    /// This instance's part: single, leader or standby (`instance`: its `[ha]` name).
+    pub fn set_role(&self, role: Role, instance: Option<&str>) {
+        self.0.leader.set(i64::from(role != Role::Standby));
+        if role != Role::Standby {
+            self.0.standby_ready.set(0);
+        }
+        let mut state = self.0.state.lock().expect("metrics state");
+        state.role.role = role;
+        state.role.instance = instance.map(str::to_string);
+        if role == Role::Standby {
+            state.role.standby_check = Err("standby: not checked yet".into());
+        }
+    }
+    /// This instance's part.
+    pub fn role(&self) -> Role {
+        self.0.state.lock().expect("metrics state").role.role
+    }
+    /// A standby's check: `Ok` when it could take over, else why not.
+    pub fn set_standby_check(&self, check: Result<(), String>) {
+        self.0.standby_ready.set(i64::from(check.is_ok()));
+        self.0
+            .state
+            .lock()
+            .expect("metrics state")
+            .role
+            .standby_check = check;
+    }
+    /// The lock was taken and the stream connected `after` the assignment.
+    pub fn took_over(&self, after: Duration) {
+        self.0.takeovers.inc();
+        self.0.takeover_seconds.set(after.as_secs_f64());
+    }
+    /// The leader lost the lock.
+    pub fn lost_lock(&self) {
+        self.0.lock_losses.inc();
+    }
+    /// The producer was fenced.
+    pub fn fenced(&self) {
+        self.0.fenced.inc();
+    }
+}
