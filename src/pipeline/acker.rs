@@ -28,9 +28,17 @@ pub(super) struct Acker<'a> {
     /// The watermark moved since it was last handed to the writer.
     unpublished: bool,
     writer: CheckpointWriter,
-    /// Exactly-once mode: records acknowledged in the open Kafka transaction, counted as
-    /// acknowledged only once it commits (before that no consumer can see them).
-    uncommitted: Option<u64>,
+    /// At-least-once, or exactly-once with its Kafka transaction.
+    mode: Mode,
+}
+
+/// Which delivery mode runs.
+enum Mode {
+    /// Every acknowledgement counts at once and may move the checkpoint.
+    AtLeastOnce,
+    /// Acknowledgements count, and the checkpoint moves, when their Kafka transaction
+    /// commits (before that no consumer can see them).
+    ExactlyOnce(OpenTransaction),
 }
 
 /// Records and bytes handed to the sink and not yet acknowledged.
@@ -57,6 +65,8 @@ type InFlight = FuturesOrdered<futures::future::BoxFuture<'static, Completed>>;
 
 /// Exactly-once mode's Kafka transaction: when it opened and how much it holds.
 struct OpenTransaction {
+    /// Records acknowledged in it, counted as acknowledged once it commits.
+    acknowledged: u64,
     is_open: bool,
     /// The last batch sent ended a binlog transaction: a commit may follow.
     at_boundary: bool,
@@ -69,6 +79,7 @@ struct OpenTransaction {
 impl OpenTransaction {
     fn new(config: &Config) -> Self {
         Self {
+            acknowledged: 0,
             is_open: false,
             at_boundary: true,
             opened_at: Instant::now(),
@@ -96,9 +107,19 @@ impl OpenTransaction {
             && (self.records >= self.max_records || self.opened_at.elapsed() >= self.max_age)
     }
 
-    fn committed(&mut self) {
+    /// The batch about to be sent goes into the open transaction (opened if need be).
+    fn add(&mut self, sink: &Sink, batch: &Batch) -> Result<(), PipelineError> {
+        self.open(sink)?;
+        self.records += batch.records.len();
+        self.at_boundary = batch.complete;
+        Ok(())
+    }
+
+    /// Committed: the acknowledged records to count.
+    fn committed(&mut self) -> u64 {
         self.is_open = false;
         self.records = 0;
+        std::mem::take(&mut self.acknowledged)
     }
 }
 
@@ -127,12 +148,17 @@ impl<'a> Acker<'a> {
         start: &Checkpoint,
         interval: Duration,
         metrics: &'a Metrics,
+        sink: &Sink,
+        config: &Config,
     ) -> Self {
         Self {
             metrics,
             watermark: start.clone(),
             unpublished: false,
-            uncommitted: None,
+            mode: match sink.is_transactional() {
+                true => Mode::ExactlyOnce(OpenTransaction::new(config)),
+                false => Mode::AtLeastOnce,
+            },
             writer: {
                 let metrics = metrics.clone();
                 CheckpointWriter::start(store.clone(), interval, move |cp| {
@@ -160,15 +186,9 @@ impl<'a> Acker<'a> {
         let max_in_flight_bytes = config.pipeline.max_in_flight_bytes;
         let mut in_flight: InFlight = FuturesOrdered::new();
         let mut window = Window::default();
-        let mut txn = sink
-            .is_transactional()
-            .then(|| OpenTransaction::new(config));
-        if txn.is_some() {
-            self.uncommitted = Some(0);
-        }
-        let tick_every = match &txn {
-            Some(t) => t.max_age.min(Duration::from_millis(200)),
-            None => Duration::from_millis(200),
+        let tick_every = match &self.mode {
+            Mode::ExactlyOnce(t) => t.max_age.min(Duration::from_millis(200)),
+            Mode::AtLeastOnce => Duration::from_millis(200),
         };
         let mut tick = tokio::time::interval(tick_every);
         let mut failure: Option<PipelineError> = None;
@@ -184,13 +204,11 @@ impl<'a> Acker<'a> {
                 }
                 batch = rx.recv(), if window.records < max_in_flight && window.bytes < max_in_flight_bytes => {
                     let Some(batch) = batch else { break };
-                    if let Some(t) = &mut txn {
-                        if let Err(e) = t.open(sink) {
+                    if let Mode::ExactlyOnce(t) = &mut self.mode {
+                        if let Err(e) = t.add(sink, &batch) {
                             failure = Some(e);
                             break;
                         }
-                        t.records += batch.records.len();
-                        t.at_boundary = batch.complete;
                     }
                     let n = batch.records.len();
                     let bytes: usize = batch.records.iter().map(crate::route::Record::size).sum();
@@ -216,15 +234,15 @@ impl<'a> Acker<'a> {
                     }
                 }
             }
-            match &mut txn {
-                None => self.publish(),
-                Some(t) if t.due() => {
-                    if let Err(e) = self.commit(sink, t, &mut in_flight, &mut window).await {
+            match &self.mode {
+                Mode::AtLeastOnce => self.publish(),
+                Mode::ExactlyOnce(t) if t.due() => {
+                    if let Err(e) = self.commit(sink, &mut in_flight, &mut window).await {
                         failure = Some(e);
                         break;
                     }
                 }
-                Some(_) => {}
+                Mode::ExactlyOnce(_) => {}
             }
         }
         // Stop reading first, then wait for what Kafka already has, so a restart does
@@ -254,29 +272,39 @@ impl<'a> Acker<'a> {
                 "records still unacknowledged at the deadline; they will be sent again after restart"
             );
         }
-        match &mut txn {
-            None => self.publish(),
+        match &self.mode {
+            Mode::AtLeastOnce => self.publish(),
             // Everything delivered: the last transaction commits like any other — unless
             // it ends inside a large binlog transaction, whose parts must all commit
             // together.
-            Some(t) if t.is_open && t.at_boundary && failure.is_none() && drained.is_ok() => {
-                if let Err(e) = self.commit(sink, t, &mut in_flight, &mut window).await {
+            Mode::ExactlyOnce(t)
+                if t.is_open && t.at_boundary && failure.is_none() && drained.is_ok() =>
+            {
+                if let Err(e) = self.commit(sink, &mut in_flight, &mut window).await {
                     failure = Some(e);
                 }
             }
             // Nothing of an unfinished transaction becomes visible.
-            Some(t) if t.is_open => sink.abort(),
-            Some(_) => {}
+            Mode::ExactlyOnce(t) if t.is_open => sink.abort(),
+            Mode::ExactlyOnce(_) => {}
         }
         // A Kafka transaction that outlived its timeout fails like a fenced one.
-        if let Some(t) = txn.as_ref().filter(|t| t.is_open) {
-            if let Some(PipelineError::Sink(e)) = failure {
+        if let Mode::ExactlyOnce(t) = &self.mode {
+            if t.is_open {
                 let open_for = t.opened_at.elapsed();
-                failure = Some(PipelineError::Sink(
-                    sink.outlived_transaction_timeout(e, open_for),
-                ));
+                failure = failure.map(|f| match f {
+                    PipelineError::Sink(e) => {
+                        PipelineError::Sink(sink.outlived_transaction_timeout(e, open_for))
+                    }
+                    other => other,
+                });
             }
         }
+        self.finish(failure).await
+    }
+
+    /// Writes the last checkpoint; the run's failure, else the writer's, is the outcome.
+    async fn finish(self, failure: Option<PipelineError>) -> Result<(), PipelineError> {
         let written = self.writer.finish().await;
         match (failure, written) {
             (Some(e), _) => Err(e),
@@ -290,7 +318,6 @@ impl<'a> Acker<'a> {
     async fn commit(
         &mut self,
         sink: &Sink,
-        txn: &mut OpenTransaction,
         in_flight: &mut InFlight,
         window: &mut Window,
     ) -> Result<(), PipelineError> {
@@ -306,6 +333,9 @@ impl<'a> Acker<'a> {
         crash_point!("txn.before_commit");
         let marker = self.stamped();
         sink.commit(Some(marker.encode())).await?;
+        let Mode::ExactlyOnce(txn) = &mut self.mode else {
+            unreachable!("only exactly-once mode commits")
+        };
         tracing::debug!(
             records = txn.records,
             drain_ms = drained.as_millis() as u64,
@@ -313,11 +343,9 @@ impl<'a> Acker<'a> {
             "Kafka transaction committed"
         );
         crash_point!("txn.after_commit");
-        txn.committed();
+        let acknowledged = txn.committed();
         self.metrics.kafka_transaction_committed();
-        if let Some(pending) = &mut self.uncommitted {
-            self.metrics.acked(std::mem::take(pending));
-        }
+        self.metrics.acked(acknowledged);
         self.publish();
         Ok(())
     }
@@ -327,9 +355,9 @@ impl<'a> Acker<'a> {
         self.metrics.progress().acknowledged();
         self.metrics
             .sent_to_acked(done.sent_at.elapsed().as_secs_f64());
-        match &mut self.uncommitted {
-            Some(pending) => *pending += n as u64,
-            None => self.metrics.acked(n as u64),
+        match &mut self.mode {
+            Mode::ExactlyOnce(t) => t.acknowledged += n as u64,
+            Mode::AtLeastOnce => self.metrics.acked(n as u64),
         }
         // A part of a large transaction moves nothing: only its last part has an end.
         if done.complete {
@@ -375,5 +403,252 @@ fn topics_of(records: &[crate::route::Record]) -> Vec<(Arc<str>, u64)> {
 fn count_routed(metrics: &Metrics, runs: &[(Arc<str>, u64)]) {
     for (topic, n) in runs {
         metrics.routed(topic, *n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The acknowledgement path against a sink whose acknowledgements the test releases:
+    //! the checkpoint only ever names the end of a prefix of acknowledged transactions.
+
+    use super::*;
+    use crate::outbox::EventId;
+    use crate::position::TableName;
+    use crate::route::{EventRef, Record};
+    use crate::sink::scripted::{Call, ScriptedSink};
+
+    fn config(extra: &str) -> Config {
+        let text = format!(
+            "[source]\nuser = \"cdc\"\nserver_id = 7\n[outbox]\ntables = [\"shop.outbox\"]\n\
+             [checkpoint]\ndir = \"/unused\"\n[pipeline]\nshutdown_timeout_secs = 5\n{extra}"
+        );
+        Config::parse(&text, std::path::Path::new("test.toml")).unwrap()
+    }
+
+    fn at(offset: u64) -> Position {
+        format!("mysql-bin.000001:{offset}").parse().unwrap()
+    }
+
+    /// A batch of `records` records ending at `offset` (`complete`: it ends a binlog
+    /// transaction).
+    fn batch(offset: u64, records: usize, complete: bool) -> Batch {
+        let table = Arc::new(TableName {
+            database: "shop".into(),
+            table: "outbox".into(),
+        });
+        Batch {
+            end: at(offset),
+            delivered_through: None,
+            commit_time_ms: offset as i64,
+            records: (0..records)
+                .map(|i| Record {
+                    topic: "t".into(),
+                    key: b"k".to_vec(),
+                    value: Some(b"{}".to_vec()),
+                    headers: Vec::new(),
+                    timestamp_ms: 0,
+                    partition: None,
+                    event: EventRef {
+                        table: table.clone(),
+                        position: format!("mysql-bin.000001:{offset}"),
+                        id: EventId(format!("{offset}-{i}").into_bytes()),
+                    },
+                })
+                .collect(),
+            invalid: Vec::new(),
+            routed_at: Instant::now(),
+            complete,
+        }
+    }
+
+    /// The acker and what the test holds of it.
+    struct Harness {
+        _dir: tempfile::TempDir,
+        store: CheckpointStore,
+        metrics: Metrics,
+        sink: ScriptedSink,
+        config: Config,
+    }
+
+    impl Harness {
+        fn new(transactional: bool, extra: &str) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let store = CheckpointStore::create(dir.path()).unwrap();
+            Self {
+                _dir: dir,
+                store,
+                metrics: Metrics::default(),
+                sink: ScriptedSink::new(transactional),
+                config: config(extra),
+            }
+        }
+
+        /// Runs the acker from a checkpoint at offset 4 while `script` feeds it.
+        async fn run<F: std::future::Future<Output = ()>>(
+            &self,
+            script: impl FnOnce(mpsc::Sender<Batch>) -> F,
+        ) -> Result<(), PipelineError> {
+            let sink = Sink::Scripted(self.sink.clone());
+            let acker = Acker::new(
+                &self.store,
+                &Checkpoint::new(at(4), 0),
+                Duration::from_millis(1),
+                &self.metrics,
+                &sink,
+                &self.config,
+            );
+            let (tx, rx) = mpsc::channel(16);
+            let stop = CancellationToken::new();
+            let (result, ()) = tokio::join!(acker.run(&sink, rx, &self.config, &stop), script(tx));
+            result
+        }
+
+        /// The written checkpoint's offset once it is `offset`; fails after a second.
+        async fn checkpoint_reaches(&self, offset: u64) {
+            for _ in 0..200 {
+                if self.written() == Some(offset) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            panic!("checkpoint {:?}, expected {offset}", self.written());
+        }
+
+        /// The written checkpoint stays at `offset` (checked after a while).
+        async fn checkpoint_stays(&self, offset: Option<u64>) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert_eq!(self.written(), offset);
+        }
+
+        fn written(&self) -> Option<u64> {
+            self.metrics.checkpoint().map(|c| c.position.offset)
+        }
+
+        async fn sent(&self, n: usize) {
+            for _ in 0..200 {
+                if self.sink.sent() >= n {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            panic!("{} batch(es) sent, expected {n}", self.sink.sent());
+        }
+    }
+
+    #[tokio::test]
+    async fn the_checkpoint_follows_the_acknowledged_prefix_only() {
+        let h = Harness::new(false, "");
+        let s = &h;
+        let result = h
+            .run(|tx| async move {
+                for end in [10, 20, 30] {
+                    tx.send(batch(end, 2, true)).await.unwrap();
+                }
+                s.sent(3).await;
+                // Later transactions acknowledged first move nothing.
+                s.sink.ack(2);
+                s.sink.ack(1);
+                s.checkpoint_stays(None).await;
+                s.sink.ack(0);
+                s.checkpoint_reaches(30).await;
+                drop(tx);
+            })
+            .await;
+        result.unwrap();
+        assert_eq!(h.store.load().unwrap().unwrap().position, at(30));
+        assert_eq!(h.metrics.snapshot().events_acked, 6);
+    }
+
+    #[tokio::test]
+    async fn a_streamed_part_moves_nothing_until_its_transaction_ends() {
+        let h = Harness::new(false, "");
+        let s = &h;
+        let result = h
+            .run(|tx| async move {
+                tx.send(batch(10, 1, true)).await.unwrap();
+                // (A part's end is its transaction's start; a later one shows it is unused.)
+                tx.send(batch(40, 3, false)).await.unwrap();
+                tx.send(batch(50, 3, true)).await.unwrap();
+                s.sent(3).await;
+                s.sink.ack(0);
+                s.checkpoint_reaches(10).await;
+                s.sink.ack(1);
+                s.checkpoint_stays(Some(10)).await;
+                s.sink.ack(2);
+                s.checkpoint_reaches(50).await;
+                drop(tx);
+            })
+            .await;
+        result.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_failed_delivery_stops_at_the_last_acknowledged_prefix() {
+        let h = Harness::new(false, "");
+        let s = &h;
+        let result = h
+            .run(|tx| async move {
+                for end in [10, 20, 30] {
+                    tx.send(batch(end, 1, true)).await.unwrap();
+                }
+                s.sent(3).await;
+                s.sink.ack(0);
+                s.sink.ack(2);
+                s.sink.fail(1);
+            })
+            .await;
+        assert!(matches!(result, Err(PipelineError::Sink(_))), "{result:?}");
+        // What is behind the failure waits for its re-send; the checkpoint stays before it.
+        assert!(h.sink.calls().contains(&Call::Abandon));
+        assert_eq!(h.store.load().unwrap().unwrap().position, at(10));
+    }
+
+    #[tokio::test]
+    async fn exactly_once_commits_whole_binlog_transactions_with_their_checkpoint() {
+        let h = Harness::new(
+            true,
+            "[delivery]\nmode = \"exactly-once\"\ntransactional_id = \"t\"\ncheckpoint_topic = \"c\"\ncommit_max_records = 2\ncommit_max_ms = 60000\n",
+        );
+        let s = &h;
+        let result = h
+            .run(|tx| async move {
+                // 1 + 1 records: full, at a boundary → commits. Then a large transaction
+                // in parts: full long before its end, but commits only after its last part.
+                tx.send(batch(10, 1, true)).await.unwrap();
+                tx.send(batch(20, 1, true)).await.unwrap();
+                s.sent(2).await;
+                s.sink.ack(0);
+                s.checkpoint_stays(None).await;
+                s.sink.ack(1);
+                s.checkpoint_reaches(20).await;
+                for part in 0..3 {
+                    tx.send(batch(20, 2, false)).await.unwrap();
+                    s.sent(3 + part).await;
+                    s.sink.ack(2 + part);
+                }
+                s.checkpoint_stays(Some(20)).await;
+                tx.send(batch(90, 1, true)).await.unwrap();
+                s.sent(6).await;
+                s.sink.ack(5);
+                s.checkpoint_reaches(90).await;
+                drop(tx);
+            })
+            .await;
+        result.unwrap();
+        let commits: Vec<Option<u64>> = h
+            .sink
+            .calls()
+            .iter()
+            .filter_map(|c| match c {
+                Call::Commit(marker) => Some(marker.as_ref().map(|m| m.position.offset)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(commits, [Some(20), Some(90)], "{:?}", h.sink.calls());
+        // Every send happened inside a transaction the acker had begun.
+        let calls = h.sink.calls();
+        let begins = calls.iter().filter(|c| **c == Call::Begin).count();
+        assert_eq!(begins, 2, "{calls:?}");
+        assert_eq!(h.metrics.snapshot().events_acked, 9);
     }
 }

@@ -312,6 +312,8 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         &checkpoint,
         Duration::from_millis(config.checkpoint.flush_interval_ms),
         metrics,
+        &sink,
+        config,
     );
     let acked = acker.run(&sink, rx, config, &stop_reading).await;
     stop_reading.cancel();

@@ -5,6 +5,8 @@ mod config;
 mod kafka;
 mod markers;
 mod scan;
+#[cfg(test)]
+pub mod scripted;
 mod stdout;
 mod topics;
 
@@ -141,18 +143,31 @@ pub enum Sink {
     /// Acknowledges at once and keeps nothing: measures the source, outbox and route
     /// stages alone (`bench/compare`'s raw-read contender).
     Null,
+    /// Acknowledges when a unit test says so.
+    #[cfg(test)]
+    Scripted(scripted::ScriptedSink),
 }
 
 impl Sink {
     /// True when deliveries are grouped in Kafka transactions (exactly-once mode).
     pub fn is_transactional(&self) -> bool {
-        matches!(self, Sink::Kafka(k) if k.is_transactional())
+        match self {
+            Sink::Kafka(k) => k.is_transactional(),
+            #[cfg(test)]
+            Sink::Scripted(s) => s.is_transactional(),
+            _ => false,
+        }
     }
 
     /// Opens a Kafka transaction (exactly-once mode; nothing otherwise).
     pub fn begin(&self) -> Result<(), SinkError> {
         match self {
             Sink::Kafka(k) => k.begin(),
+            #[cfg(test)]
+            Sink::Scripted(s) => {
+                s.record(scripted::Call::Begin);
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
@@ -162,6 +177,13 @@ impl Sink {
     pub async fn commit(&self, marker: Option<Vec<u8>>) -> Result<(), SinkError> {
         match self {
             Sink::Kafka(k) => k.commit(marker).await,
+            #[cfg(test)]
+            Sink::Scripted(s) => {
+                let marker = marker
+                    .map(|m| crate::checkpoint::Checkpoint::decode(&m).expect("a checkpoint"));
+                s.record(scripted::Call::Commit(marker));
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
@@ -169,8 +191,11 @@ impl Sink {
     /// After a failed delivery: drops every record not yet written, so nothing behind
     /// the failed one is written before it is re-sent.
     pub fn abandon(&self) {
-        if let Sink::Kafka(k) = self {
-            k.abandon();
+        match self {
+            Sink::Kafka(k) => k.abandon(),
+            #[cfg(test)]
+            Sink::Scripted(s) => s.record(scripted::Call::Abandon),
+            _ => {}
         }
     }
 
@@ -198,8 +223,11 @@ impl Sink {
 
     /// Aborts the open Kafka transaction, if any.
     pub fn abort(&self) {
-        if let Sink::Kafka(k) = self {
-            k.abort();
+        match self {
+            Sink::Kafka(k) => k.abort(),
+            #[cfg(test)]
+            Sink::Scripted(s) => s.record(scripted::Call::Abort),
+            _ => {}
         }
     }
 
@@ -212,6 +240,8 @@ impl Sink {
                 let n = records.len();
                 Ok(Box::pin(futures::future::ready(Ok(n))))
             }
+            #[cfg(test)]
+            Sink::Scripted(s) => Ok(s.send(records)),
         }
     }
 }
