@@ -1,4 +1,4 @@
-//! Writes the newest acknowledged watermark in the background.
+//! Writes the checkpoint of the newest acknowledged prefix in the background.
 
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ fn writer_failed(e: tokio::task::JoinError) -> CheckpointError {
     }
 }
 
-/// Stores the newest acknowledged watermark at most once per interval, on a blocking
+/// Stores the newest acknowledged checkpoint at most once per interval, on a blocking
 /// thread: sled's flush waits for the disk, and the acker must keep sending meanwhile
 /// (checkpoint writes inside the acker put 20 ms stalls into the latency tail).
 pub struct CheckpointWriter {
@@ -49,7 +49,7 @@ impl CheckpointWriter {
         Self { tx, task }
     }
 
-    /// Hands over a newer watermark; only the newest one waiting is written.
+    /// Hands over a newer checkpoint; only the newest one waiting is written.
     pub fn publish(&self, checkpoint: Checkpoint) {
         self.tx.send_replace(Some(checkpoint));
     }

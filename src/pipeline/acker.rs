@@ -1,6 +1,8 @@
 //! The acknowledgement path: hands batches to the sink within the in-flight window,
-//! releases their deliveries in commit order, and passes the watermark — the end of the
-//! last transaction acknowledged with all before it — to the checkpoint writer.
+//! releases their deliveries in commit order, and passes the acknowledged prefix — the
+//! end of the last transaction acknowledged with all before it — to the checkpoint
+//! writer. ("Watermark" in this project means only the polling relay's handover
+//! condition, `source.snapshot = { watermark }`.)
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,13 +21,14 @@ use crate::position::Position;
 use crate::route::Batch;
 use crate::sink::{Sink, SinkError};
 
-/// Tracks acknowledged transactions and hands the watermark to the checkpoint writer.
+/// Tracks acknowledged transactions and hands the acknowledged prefix to the checkpoint
+/// writer.
 pub(super) struct Acker<'a> {
     metrics: &'a Metrics,
     /// End of the last transaction whose records, and all earlier ones, are acknowledged
     /// (with how far delivery got while a prepared XA branch holds the position back).
-    watermark: Checkpoint,
-    /// The watermark moved since it was last handed to the writer.
+    acknowledged: Checkpoint,
+    /// It moved since it was last handed to the writer.
     unpublished: bool,
     writer: CheckpointWriter,
     /// At-least-once, or exactly-once with its Kafka transaction.
@@ -153,7 +156,7 @@ impl<'a> Acker<'a> {
     ) -> Self {
         Self {
             metrics,
-            watermark: start.clone(),
+            acknowledged: start.clone(),
             unpublished: false,
             mode: match sink.is_transactional() {
                 true => Mode::ExactlyOnce(OpenTransaction::new(config)),
@@ -168,13 +171,13 @@ impl<'a> Acker<'a> {
         }
     }
 
-    /// Sends batches and advances the watermark until the channel closes or a delivery
+    /// Sends batches and advances the acknowledged prefix until the channel closes or a delivery
     /// fails; then drains what is in flight (bounded) and writes the final checkpoint.
     ///
     /// In exactly-once mode the batches go into Kafka transactions of up to
     /// `delivery.commit_max_records` records / `commit_max_ms`; each commits with the
     /// checkpoint of its last binlog transaction as its marker, and only a committed
-    /// watermark reaches the store.
+    /// prefix reaches the store.
     pub(super) async fn run(
         mut self,
         sink: &Sink,
@@ -314,7 +317,7 @@ impl<'a> Acker<'a> {
     }
 
     /// Waits for every record of the open Kafka transaction, then commits it with the
-    /// watermark as its marker; the store gets the watermark once Kafka has it.
+    /// acknowledged prefix as its marker; the store gets it once Kafka has it.
     async fn commit(
         &mut self,
         sink: &Sink,
@@ -361,11 +364,11 @@ impl<'a> Acker<'a> {
         }
         // A part of a large transaction moves nothing: only its last part has an end.
         if done.complete {
-            self.watermark.position = done.end;
-            self.watermark.delivered_through = done.delivered_through;
+            self.acknowledged.position = done.end;
+            self.acknowledged.delivered_through = done.delivered_through;
             self.unpublished = true;
             if done.commit_time_ms > 0 {
-                self.watermark.commit_time_ms = done.commit_time_ms;
+                self.acknowledged.commit_time_ms = done.commit_time_ms;
             }
         }
         crash_point!("ack.before_checkpoint");
@@ -378,11 +381,11 @@ impl<'a> Acker<'a> {
         }
     }
 
-    /// The watermark as a checkpoint written now.
+    /// The acknowledged prefix as a checkpoint written now.
     fn stamped(&self) -> Checkpoint {
         Checkpoint {
             written_at_ms: crate::checkpoint::now_ms(),
-            ..self.watermark.clone()
+            ..self.acknowledged.clone()
         }
     }
 }

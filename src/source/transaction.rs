@@ -1,4 +1,5 @@
-//! What the source hands downstream: committed transactions and their row changes.
+//! What the source hands downstream: committed transactions, or streamed parts of
+//! large ones, and their row changes.
 
 use std::fmt;
 use std::sync::Arc;
@@ -39,7 +40,8 @@ pub struct RowChange {
     pub event_offset: u64,
 }
 
-/// A committed transaction: its watched row changes and where it ends.
+/// A committed transaction — or, with `complete: false`, a part of a large one streamed
+/// before its commit — with its watched row changes and where a checkpoint may go.
 #[derive(Debug)]
 pub struct Transaction {
     /// The checkpoint once this transaction is delivered: just past its commit, or,
