@@ -13,6 +13,7 @@ fuzz_target!(|data: &[u8]| {
             continue;
         };
         let event = match kind % 4 {
+            0 if kind & 8 != 0 => BoundaryEvent::MySqlGtid,
             0 => BoundaryEvent::Gtid {
                 standalone: kind & 4 != 0,
             },

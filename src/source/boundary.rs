@@ -266,6 +266,10 @@ pub enum Event<'a> {
     /// A GTID event (MariaDB, MySQL, anonymous): a new group. `standalone` when the
     /// group is one statement with no closing event (MariaDB's DDL flag).
     Gtid { standalone: bool },
+    /// MySQL's GTID event (or anonymous GTID): a new group that is either `BEGIN` …
+    /// `COMMIT`/XID or one statement with no closing event (DDL), told apart by the
+    /// group's first query.
+    MySqlGtid,
     /// A query event's statement.
     Query(&'a [u8]),
     /// An XID event: InnoDB's commit.
@@ -302,6 +306,8 @@ pub enum Step {
 #[derive(Debug, Default, Clone)]
 pub struct Boundaries {
     in_group: bool,
+    /// After a MySQL GTID, before the group's first statement.
+    awaiting_first_statement: bool,
 }
 
 impl Boundaries {
@@ -312,10 +318,20 @@ impl Boundaries {
 
     /// The meaning of one event.
     pub fn step(&mut self, event: &Event<'_>) -> Step {
+        let first_after_mysql_gtid = std::mem::take(&mut self.awaiting_first_statement);
         match event {
             Event::Gtid { standalone } => {
                 self.in_group = !standalone;
                 Step::Begin
+            }
+            Event::MySqlGtid => {
+                self.in_group = true;
+                self.awaiting_first_statement = true;
+                Step::Begin
+            }
+            // A DDL right after MySQL's GTID is the whole group: it commits itself.
+            Event::Query(sql) if first_after_mysql_gtid && classify(sql) == Statement::Other => {
+                self.end(Step::Commit)
             }
             Event::Xid => self.end(Step::Commit),
             Event::XaPrepare(body) => match Xid::from_prepare_event(body) {
@@ -352,6 +368,7 @@ impl Boundaries {
 
     fn end(&mut self, step: Step) -> Step {
         self.in_group = false;
+        self.awaiting_first_statement = false;
         step
     }
 }
@@ -412,6 +429,41 @@ mod tests {
         assert_eq!(classify(b"rollback /* x */ to a"), Statement::Savepoint);
         assert_eq!(classify(b"START TRANSACTION"), Statement::Begin);
         assert_eq!(classify(b"COMMITTED"), Statement::Other);
+    }
+
+    #[test]
+    fn mysql_gtid_groups_end_at_their_commit_or_their_one_statement() {
+        use Step::*;
+        let gtid = Event::MySqlGtid;
+        // A DDL is its own group: no COMMIT or XID follows it.
+        assert_eq!(
+            steps(&[gtid, Event::Query(b"CREATE TABLE t (id INT)")]),
+            [Begin, Commit]
+        );
+        let gtid = Event::MySqlGtid;
+        assert_eq!(
+            steps(&[
+                gtid,
+                Event::Query(b"BEGIN"),
+                Event::Query(b"SET @a = 1"),
+                Event::Xid
+            ]),
+            [Begin, Continue, Continue, Commit]
+        );
+        let gtid = Event::MySqlGtid;
+        assert_eq!(
+            steps(&[
+                gtid,
+                Event::Query(b"XA START X'78',X'',1"),
+                Event::Query(b"XA END X'78',X'',1")
+            ]),
+            [Begin, Continue, Continue]
+        );
+        let gtid = Event::MySqlGtid;
+        assert_eq!(
+            steps(&[gtid, Event::Query(b"INSERT INTO t VALUES (1)")]),
+            [Begin, StatementDml]
+        );
     }
 
     #[test]
