@@ -144,6 +144,17 @@ async fn check_server(conn: &mut mysql_async::Conn, config: &Config, out: &mut V
         )),
         Err(e) => out.push(Finding::fail("server_id", e.to_string(), "")),
     }
+    // MariaDB only; the router decodes compressed events, so this is information.
+    if let Ok(Some(on)) = server::variable(conn, "log_bin_compress").await {
+        let on = on == "1" || on.eq_ignore_ascii_case("ON");
+        out.push(Finding::ok(
+            "binlog compression",
+            match on {
+                true => "log_bin_compress=ON: compressed QUERY and rows events are decoded",
+                false => "log_bin_compress=OFF",
+            },
+        ));
+    }
     check_grants(conn, out).await;
     match server::outbox_tables(conn, &config.table_patterns()).await {
         Ok(tables) if tables.hidden_by_filters.is_empty() => out.push(Finding::ok(

@@ -1,4 +1,8 @@
-//! MariaDB binlog events that `mysql_common` does not model (types 160–163).
+//! MariaDB binlog events that `mysql_common` does not model (types 160–163), and its
+//! compressed events (165–171), turned into the events they compress.
+
+use mysql_async::binlog::events::Event;
+use mysql_async::binlog::EventType;
 
 use super::MariaGtid;
 
@@ -81,5 +85,206 @@ mod tests {
         l.extend(77u64.to_le_bytes());
         assert_eq!(parse_gtid_list(&l).unwrap()[0].to_string(), "0-1-77");
         assert!(parse_gtid_list(&l[..10]).is_none());
+    }
+}
+
+/// Bigger than any event the server may write (`max_allowed_packet` is at most 1 GiB):
+/// a stated size above it is damage, not data.
+const MAX_UNCOMPRESSED: u64 = 1 << 30;
+
+/// A compressed MariaDB event — QUERY_COMPRESSED_EVENT (165), the rows events 166–168
+/// (v1) and 169–171 (v2): the query text, or the rows after a rows event's column
+/// bitmaps, zlib-compressed — as the uncompressed event it stands for (same header,
+/// position and checksum setting), so everything after reads it like any other; `None`
+/// for any other event. An error says why the event cannot be read: the reader stops,
+/// as it does for any event it cannot decode.
+pub fn uncompressed(event: &Event) -> Option<Result<Event, String>> {
+    let raw = event.header().event_type_raw();
+    let (plain, rows_v2) = match raw {
+        165 => (EventType::QUERY_EVENT, false),
+        166 => (EventType::WRITE_ROWS_EVENT_V1, false),
+        167 => (EventType::UPDATE_ROWS_EVENT_V1, false),
+        168 => (EventType::DELETE_ROWS_EVENT_V1, false),
+        169 => (EventType::WRITE_ROWS_EVENT, true),
+        170 => (EventType::UPDATE_ROWS_EVENT, true),
+        171 => (EventType::DELETE_ROWS_EVENT, true),
+        _ => return None,
+    };
+    Some(rewrite(event, plain, rows_v2).map_err(|e| format!("compressed event (type {raw}): {e}")))
+}
+
+fn rewrite(event: &Event, plain: EventType, rows_v2: bool) -> Result<Event, String> {
+    let data = event.data();
+    let fde = event.fde();
+    let post_header = usize::from(fde.get_event_type_header_length(plain));
+    // Where the compressed part starts: after the query's status variables, schema
+    // and its NUL; after the rows event's table id, flags, extra data, column count
+    // and column bitmaps.
+    let start = match plain {
+        EventType::QUERY_EVENT => {
+            let schema_len = usize::from(*data.get(8).ok_or("short post-header")?);
+            let vars_len = u16::from_le_bytes(
+                data.get(11..13)
+                    .ok_or("short post-header")?
+                    .try_into()
+                    .expect("2 bytes"),
+            );
+            post_header + usize::from(vars_len) + schema_len + 1
+        }
+        _ => {
+            let mut at = post_header;
+            if rows_v2 {
+                let extra = u16::from_le_bytes(
+                    data.get(post_header - 2..post_header)
+                        .ok_or("short post-header")?
+                        .try_into()
+                        .expect("2 bytes"),
+                );
+                at += usize::from(extra).saturating_sub(2);
+            }
+            let (columns, width) = length_encoded(data.get(at..).ok_or("short rows header")?)
+                .ok_or("short column count")?;
+            let bitmaps = if plain == EventType::UPDATE_ROWS_EVENT_V1
+                || plain == EventType::UPDATE_ROWS_EVENT
+            {
+                2
+            } else {
+                1
+            };
+            at + width + bitmaps * (columns as usize).div_ceil(8)
+        }
+    };
+    let compressed = data
+        .get(start..)
+        .ok_or("event shorter than its header says")?;
+    let body = decompress(compressed)?;
+
+    let header = event.header();
+    // The event was read with a checksum when its data falls short of its size by one.
+    let checksum = header.event_size() as usize == 19 + data.len() + 4;
+    let size = 19 + start + body.len() + if checksum { 4 } else { 0 };
+    let mut raw = Vec::with_capacity(size);
+    raw.extend_from_slice(&header.timestamp().to_le_bytes());
+    raw.push(plain as u8);
+    raw.extend_from_slice(&header.server_id().to_le_bytes());
+    raw.extend_from_slice(
+        &u32::try_from(size)
+            .map_err(|_| "event too large")?
+            .to_le_bytes(),
+    );
+    raw.extend_from_slice(&header.log_pos().to_le_bytes());
+    raw.extend_from_slice(&header.flags_raw().to_le_bytes());
+    raw.extend_from_slice(&data[..start]);
+    raw.extend_from_slice(&body);
+    if checksum {
+        let crc = crc32fast::hash(&raw);
+        raw.extend_from_slice(&crc.to_le_bytes());
+    }
+    Event::read(fde, &raw[..]).map_err(|e| e.to_string())
+}
+
+/// MariaDB's compressed block: a byte whose low three bits give the width of the
+/// uncompressed length, that length big-endian, then zlib data. The result must have
+/// exactly the stated length.
+fn decompress(block: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let (&first, rest) = block.split_first().ok_or("empty compressed block")?;
+    let width = usize::from(first & 0x07);
+    if width == 0 || width > 4 {
+        return Err(format!(
+            "compressed block header {first:#04x} names no length"
+        ));
+    }
+    let stated = rest
+        .get(..width)
+        .ok_or("compressed block shorter than its length")?
+        .iter()
+        .fold(0u64, |n, b| n << 8 | u64::from(*b));
+    if stated > MAX_UNCOMPRESSED {
+        return Err(format!(
+            "stated uncompressed size {stated} bytes is beyond any event"
+        ));
+    }
+    let mut out = Vec::with_capacity(stated as usize);
+    // One byte more than stated, so a longer stream shows as a mismatch.
+    flate2::read::ZlibDecoder::new(&rest[width..])
+        .take(stated + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("zlib: {e}"))?;
+    if out.len() as u64 != stated {
+        return Err(format!(
+            "decompressed to {} bytes, the event states {stated}",
+            out.len()
+        ));
+    }
+    Ok(out)
+}
+
+/// A length-encoded integer and its width.
+fn length_encoded(b: &[u8]) -> Option<(u64, usize)> {
+    let le = |n: usize| -> Option<u64> {
+        Some(
+            b.get(1..1 + n)?
+                .iter()
+                .rev()
+                .fold(0u64, |v, x| v << 8 | u64::from(*x)),
+        )
+    };
+    match *b.first()? {
+        n @ 0..=250 => Some((u64::from(n), 1)),
+        0xfc => Some((le(2)?, 3)),
+        0xfd => Some((le(3)?, 4)),
+        0xfe => Some((le(8)?, 9)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod compressed_tests {
+    use super::*;
+    use std::io::Write;
+
+    /// MariaDB's block: header byte, big-endian length, zlib data.
+    fn block(plain: &[u8], stated: u64) -> Vec<u8> {
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(plain).unwrap();
+        let mut out = vec![0x80 | 4];
+        out.extend_from_slice(&(stated as u32).to_be_bytes());
+        out.extend(z.finish().unwrap());
+        out
+    }
+
+    #[test]
+    fn blocks_decompress_to_exactly_their_stated_size() {
+        let text = "INSERT INTO shop.outbox VALUES ('数据')".repeat(20);
+        assert_eq!(
+            decompress(&block(text.as_bytes(), text.len() as u64)).unwrap(),
+            text.as_bytes()
+        );
+        // Longer or shorter than stated, no length, damaged data: errors, never a guess.
+        for bad in [
+            block(text.as_bytes(), text.len() as u64 - 1),
+            block(text.as_bytes(), text.len() as u64 + 1),
+            vec![0x80],
+            vec![0x84, 0, 0],
+            {
+                let mut b = block(text.as_bytes(), text.len() as u64);
+                let n = b.len();
+                b[n / 2] ^= 0xff;
+                b
+            },
+            block(b"x", MAX_UNCOMPRESSED + 1),
+        ] {
+            assert!(decompress(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn length_encoded_integers() {
+        assert_eq!(length_encoded(&[7]), Some((7, 1)));
+        assert_eq!(length_encoded(&[0xfc, 0x34, 0x12]), Some((0x1234, 3)));
+        assert_eq!(length_encoded(&[0xfd, 1, 2, 3]), Some((0x030201, 4)));
+        assert_eq!(length_encoded(&[0xfc, 1]), None);
+        assert_eq!(length_encoded(&[0xff]), None);
     }
 }

@@ -263,6 +263,15 @@ impl BinlogReader {
 
     /// Handles one event; returns a transaction when this event completed one.
     fn handle(&mut self, event: Event) -> Result<Option<Transaction>, SourceError> {
+        // MariaDB's compressed events (log_bin_compress) read as the events they compress.
+        let event = match mariadb::uncompressed(&event) {
+            None => event,
+            Some(Ok(plain)) => plain,
+            Some(Err(reason)) => {
+                let end = u64::from(event.header().log_pos());
+                return Err(self.decode_error(end, reason));
+            }
+        };
         let header = event.header();
         let raw_type = header.event_type_raw();
         // Events inside a compressed payload carry log_pos 0: they end where it ends.

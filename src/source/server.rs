@@ -49,6 +49,7 @@ pub async fn variable(conn: &mut Conn, name: &'static str) -> Result<Option<Stri
         "binlog_row_metadata" => "SELECT @@global.binlog_row_metadata",
         "binlog_checksum" => "SELECT @@global.binlog_checksum",
         "server_id" => "SELECT @@global.server_id",
+        "log_bin_compress" => "SELECT @@global.log_bin_compress",
         "gtid_binlog_pos" => "SELECT @@global.gtid_binlog_pos",
         "version" => "SELECT VERSION()",
         "binlog_expire_logs_seconds" => "SELECT @@global.binlog_expire_logs_seconds",

@@ -6,6 +6,7 @@ mod bad_input;
 mod binlog_shapes;
 mod checkpoint_torture;
 mod cluster;
+mod compressed;
 #[cfg(feature = "failpoints")]
 mod crash;
 mod debezium_cutover;
