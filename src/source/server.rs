@@ -65,23 +65,26 @@ pub async fn variable(conn: &mut Conn, name: &'static str) -> Result<Option<Stri
     }
 }
 
+/// The single value `sql` answers with.
+async fn single<T: mysql_async::prelude::FromValue + Send + 'static>(
+    conn: &mut Conn,
+    sql: &'static str,
+) -> Result<T, SourceError> {
+    conn.query_first::<T, _>(sql)
+        .await
+        .map_err(|source| SourceError::Query { query: sql, source })?
+        .ok_or_else(|| SourceError::Unexpected(format!("{sql} returned no row")))
+}
+
 /// The server's `@@server_id`: whose binlog a file position points into.
 pub async fn server_id(conn: &mut Conn) -> Result<u32, SourceError> {
-    const SQL: &str = "SELECT @@global.server_id";
-    conn.query_first::<u32, _>(SQL)
-        .await
-        .map_err(|source| SourceError::Query { query: SQL, source })?
-        .ok_or_else(|| SourceError::Unexpected("SELECT @@global.server_id returned no row".into()))
+    single(conn, "SELECT @@global.server_id").await
 }
 
 /// The server's clock (ms since the epoch): binlog timestamps come from it, so lag and
 /// runway compare like with like.
 pub async fn now_ms(conn: &mut Conn) -> Result<i64, SourceError> {
-    const SQL: &str = "SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
-    conn.query_first::<i64, _>(SQL)
-        .await
-        .map_err(|source| SourceError::Query { query: SQL, source })?
-        .ok_or_else(|| SourceError::Unexpected("no answer to the clock query".into()))
+    single(conn, "SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)").await
 }
 
 /// Tells MariaDB from MySQL by the version string.
