@@ -287,7 +287,7 @@ impl Mapper {
 fn bad_trace_context(table: &crate::position::TableName, id: &EventId, column: &str, why: &str) {
     static SEEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = SEEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if n % 1000 == 0 {
+    if n.is_multiple_of(1000) {
         warn!(%table, event_id = %id, column, reason = why, seen = n + 1, "trace context not propagated: the event goes out without traceparent / tracestate headers");
     }
 }
