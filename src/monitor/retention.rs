@@ -11,8 +11,100 @@ use crate::position::{BinlogFile, Position};
 use crate::source::server::{self, BinlogFileInfo};
 use crate::source::SourceError;
 
+/// Where the retention comes from, and what it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retention {
+    /// Seconds a binlog file is kept after its last write; `None`: never purged by age.
+    pub secs: Option<u64>,
+    /// The setting that governs it, as an operator would look it up.
+    pub setting: &'static str,
+    /// What is wrong with it, with the fix (a managed server that purges at once).
+    pub problem: Option<String>,
+}
+
+/// Amazon RDS and Aurora (MySQL and MariaDB) keep binlogs by `binlog retention hours`
+/// (`mysql.rds_show_configuration`), not by the server variables, and purge them within
+/// minutes while it is NULL (their default).
+const RDS_SETTING: &str = "Amazon RDS / Aurora `binlog retention hours`";
+const RDS_SHOW: &str = "CALL mysql.rds_show_configuration";
+
+/// The retention that governs this server: a managed platform's own setting where it
+/// has one (RDS / Aurora), else the server's variables.
+pub async fn retention(conn: &mut Conn) -> Result<Retention, SourceError> {
+    let rds = match rds_retention_hours(conn).await {
+        Ok(rds) => rds,
+        // On RDS but not allowed to ask: the variables do not govern, say so.
+        Err(
+            e @ SourceError::Query {
+                query: RDS_SHOW, ..
+            },
+        ) => {
+            return Ok(Retention {
+                secs: retention_secs(conn).await?,
+                setting: RDS_SETTING,
+                problem: Some(format!("{RDS_SETTING} cannot be read ({e}), and the server variables do not govern retention there; fix: GRANT EXECUTE ON PROCEDURE mysql.rds_show_configuration TO the router's user")),
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    if let Some(hours) = rds {
+        return Ok(match hours {
+            Some(h) => Retention {
+                secs: Some(h * 3600),
+                setting: RDS_SETTING,
+                problem: None,
+            },
+            None => Retention {
+                // Purged "as soon as possible": no runway at all.
+                secs: Some(0),
+                setting: RDS_SETTING,
+                problem: Some(format!("{RDS_SETTING} is NULL, so binlogs are purged within minutes whatever binlog_expire_logs_seconds says; fix: CALL mysql.rds_set_configuration('binlog retention hours', 168) (hours: at least detection + repair time)")),
+            },
+        });
+    }
+    Ok(Retention {
+        secs: retention_secs(conn).await?,
+        setting: "binlog_expire_logs_seconds / expire_logs_days",
+        problem: None,
+    })
+}
+
+/// `Some(hours)` on RDS / Aurora (`Some(None)`: NULL); `None` elsewhere.
+async fn rds_retention_hours(conn: &mut Conn) -> Result<Option<Option<u64>>, SourceError> {
+    use mysql_async::prelude::Queryable;
+    const FIND: &str = "SELECT COUNT(*) FROM information_schema.ROUTINES \
+        WHERE ROUTINE_SCHEMA = 'mysql' AND ROUTINE_NAME = 'rds_show_configuration'";
+    let present: u64 = conn
+        .query_first(FIND)
+        .await
+        .map_err(|source| SourceError::Query {
+            query: FIND,
+            source,
+        })?
+        .unwrap_or(0);
+    if present == 0 {
+        return Ok(None);
+    }
+    let rows: Vec<mysql_async::Row> =
+        conn.query(RDS_SHOW)
+            .await
+            .map_err(|source| SourceError::Query {
+                query: RDS_SHOW,
+                source,
+            })?;
+    let hours = rows.iter().find_map(|row| {
+        let name: Option<String> = row.get_opt(0)?.ok();
+        if !name?.eq_ignore_ascii_case("binlog retention hours") {
+            return None;
+        }
+        let value: Option<String> = row.get_opt(1)?.ok().flatten();
+        Some(value.and_then(|v| v.trim().parse::<u64>().ok()))
+    });
+    Ok(Some(hours.flatten()))
+}
+
 /// The server's binlog retention in seconds; `None` when binlogs never expire.
-pub async fn retention_secs(conn: &mut Conn) -> Result<Option<u64>, SourceError> {
+async fn retention_secs(conn: &mut Conn) -> Result<Option<u64>, SourceError> {
     let parse = |v: Option<String>| v.and_then(|s| s.trim().parse::<f64>().ok()).unwrap_or(0.0);
     let secs = parse(server::variable(conn, "binlog_expire_logs_seconds").await?);
     if secs > 0.0 {

@@ -65,6 +65,12 @@ pub struct Status {
     pub lag_ms: Option<i64>,
     /// Server binlog retention (seconds); `None`: never expires.
     pub retention_secs: Option<u64>,
+    /// The setting that governs it (the server's variables, or a managed platform's).
+    #[serde(default)]
+    pub retention_setting: String,
+    /// What is wrong with the retention setting, and the fix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_problem: Option<String>,
     /// Seconds until the checkpoint's file may be purged; `None`: unbounded or unknown.
     pub runway_secs: Option<i64>,
     /// The runway cannot be told yet: the checkpoint has no commit time (a first start
@@ -137,7 +143,8 @@ pub async fn observe(
     let flavor: Flavor = server::flavor(conn).await?;
     let current = server::current_position(conn, flavor).await?;
     let files = server::binary_logs(conn).await?;
-    let retention_secs = retention::retention_secs(conn).await?;
+    let retention = retention::retention(conn).await?;
+    let retention_secs = retention.secs;
     let size_limit_bytes = retention::size_limit(conn).await?;
     let now = now_ms();
     let mut status = Status {
@@ -149,6 +156,8 @@ pub async fn observe(
         bytes_behind: None,
         lag_ms: None,
         retention_secs,
+        retention_setting: retention.setting.to_string(),
+        retention_problem: retention.problem,
         runway_secs: None,
         runway_unknown: false,
         size_limit_bytes,
@@ -231,6 +240,9 @@ impl Status {
             // New sessions log statements or lose columns: the router will stop at the
             // first outbox write that reaches it that way.
             raise(Verdict::Critical, format!("server setting: {problem}"));
+        }
+        if let Some(problem) = &self.retention_problem {
+            raise(Verdict::Critical, format!("binlog retention: {problem}"));
         }
         if self.purged {
             raise(
@@ -334,7 +346,10 @@ impl Status {
             Some(r) => format!("{r} s ({:.1} h)", r as f64 / 3600.0),
             None => "none (binlogs never expire)".into(),
         };
-        line!("  retention:       {retention}");
+        line!(
+            "  retention:       {retention} — {}",
+            self.retention_setting
+        );
         let runway = match (self.purged, self.runway_secs) {
             (true, _) => "0 (purged)".to_string(),
             (false, Some(r)) => format!("{r} s ({:.1} h)", r as f64 / 3600.0),
@@ -386,6 +401,8 @@ mod tests {
             bytes_behind: Some(10),
             lag_ms: Some(10),
             retention_secs: Some(72 * 3600),
+            retention_setting: "binlog_expire_logs_seconds / expire_logs_days".into(),
+            retention_problem: None,
             runway_secs: Some(60 * 3600),
             runway_unknown: false,
             size_limit_bytes: None,

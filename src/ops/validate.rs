@@ -144,6 +144,7 @@ async fn check_server(conn: &mut mysql_async::Conn, config: &Config, out: &mut V
         )),
         Err(e) => out.push(Finding::fail("server_id", e.to_string(), "")),
     }
+    check_retention(conn, config, out).await;
     // MariaDB only; the router decodes compressed events, so this is information.
     if let Ok(Some(on)) = server::variable(conn, "log_bin_compress").await {
         let on = on == "1" || on.eq_ignore_ascii_case("ON");
@@ -270,5 +271,42 @@ async fn check_table(
             ),
             "fix [outbox.columns] in the config or add the columns",
         ));
+    }
+}
+
+/// The retention that governs the server (a managed platform's own setting where it has
+/// one) against the operator's detection + repair budget.
+async fn check_retention(conn: &mut mysql_async::Conn, config: &Config, out: &mut Vec<Finding>) {
+    const CHECK: &str = "binlog retention";
+    let retention = match crate::monitor::retention::retention(conn).await {
+        Ok(r) => r,
+        Err(e) => return out.push(Finding::fail(CHECK, e.to_string(), "")),
+    };
+    if let Some(problem) = retention.problem {
+        let (what, fix) = problem.split_once("; fix: ").unwrap_or((&problem, ""));
+        return out.push(Finding::fail(CHECK, what, fix));
+    }
+    let t = config.monitor.thresholds(None, None);
+    let budget = t.detect_secs.zip(t.repair_secs).map(|(d, r)| d + r);
+    let hours = |s: u64| format!("{:.1} h", s as f64 / 3600.0);
+    match (retention.secs, budget) {
+        (None, _) => out.push(Finding::ok(
+            CHECK,
+            format!("binlogs never expire ({})", retention.setting),
+        )),
+        (Some(secs), Some(need)) if secs < need => out.push(Finding::fail(
+            CHECK,
+            format!(
+                "{} by {}, less than monitor.detect_hours + repair_hours = {}",
+                hours(secs),
+                retention.setting,
+                hours(need)
+            ),
+            "keep binlogs longer than it takes to notice a stopped router and repair it",
+        )),
+        (Some(secs), _) => out.push(Finding::ok(
+            CHECK,
+            format!("{} by {}", hours(secs), retention.setting),
+        )),
     }
 }

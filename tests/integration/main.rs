@@ -18,6 +18,7 @@ mod fresh_broker;
 mod handover;
 mod import;
 mod large;
+mod managed;
 mod ops;
 mod outage;
 mod rows;
