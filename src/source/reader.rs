@@ -818,12 +818,16 @@ mod recorded {
     /// Reads `name` watching every table; the events' checksums as the file's format
     /// description says.
     async fn read(name: &str) -> Read {
+        read_from(name, "fixture.000001:4".parse().unwrap()).await
+    }
+
+    /// `read` from `start` (with a MySQL GTID set, the reader keeps it up to date).
+    async fn read_from(name: &str, start: Position) -> Read {
         let events = events_of(name);
         let checksums_on = events.iter().flatten().any(|e| {
             e.fde().footer().get_checksum_alg().ok().flatten()
                 == Some(mysql_common::binlog::consts::BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)
         });
-        let start: Position = "fixture.000001:4".parse().unwrap();
         let mut reader = BinlogReader::reading(
             EventSource::Recorded(events.into_iter()),
             start,
@@ -867,6 +871,32 @@ mod recorded {
             }
         }
         events
+    }
+
+    /// A MySQL server's GTIDs as the reader keeps them: each transaction's end carries
+    /// the set of everything up to it.
+    #[tokio::test]
+    async fn mysql_gtid_sets_follow_the_transactions() {
+        let start = Position {
+            gtid: GtidState::MySql(Default::default()),
+            ..Position::new(BinlogFile::new("fixture.000001").unwrap(), 4).unwrap()
+        };
+        let r = read_from("rpl_atomic_ddl_rollback_full.000001", start).await;
+        let sets: Vec<String> = r
+            .transactions
+            .iter()
+            .map(|t| t.end.gtid.to_string())
+            .collect();
+        let uuid = "a0205340-db2c-11e7-babd-340286faf52d";
+        assert_eq!(
+            sets,
+            [
+                format!("{uuid}:1"),
+                format!("{uuid}:1-2"),
+                format!("{uuid}:1-3"),
+                format!("{uuid}:1-4")
+            ]
+        );
     }
 
     /// How reading a file must come out.
