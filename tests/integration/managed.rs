@@ -73,27 +73,33 @@ async fn rds_retention_hours_govern_the_runway() {
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains("binlog retention: Amazon RDS"), "{text}");
 
-    // A router running there shows no runway left in its metrics either.
+    // A router running there counts the setting among the server's problems (which
+    // alerts watch) once it has looked, and shows no runway left.
     let mut router = setup.start_router();
-    let mut retention = None;
+    let mut body = String::new();
     for _ in 0..100 {
-        if let Some((_, body)) = try_http_get(setup.monitor_port, "/metrics").await {
-            retention = body
+        if let Some((_, b)) = try_http_get(setup.monitor_port, "/metrics").await {
+            body = b;
+            if body
                 .lines()
-                .find_map(|l| {
-                    l.strip_prefix("outbox_router_retention_runway_seconds ")?
-                        .trim()
-                        .parse::<f64>()
-                        .ok()
-                })
-                .filter(|r| *r >= 0.0);
-            if retention.is_some() {
+                .any(|l| l == "outbox_router_server_settings_problems 1")
+            {
                 break;
             }
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    assert_eq!(retention, Some(0.0), "{}", router.log());
+    for line in [
+        "outbox_router_server_settings_problems 1",
+        "outbox_router_retention_runway_seconds 0",
+        "outbox_router_binlog_retention_seconds 0",
+    ] {
+        assert!(
+            body.lines().any(|l| l == line),
+            "{line}:\n{body}\n{}",
+            router.log()
+        );
+    }
     assert!(router.stop(std::time::Duration::from_secs(30)).success());
 
     root_sql("CALL mysql.rds_set_configuration('binlog retention hours', 168)");

@@ -46,7 +46,9 @@ impl Metrics {
         i.runway_seconds.set(status.runway_secs.unwrap_or(-1));
         i.retention_seconds
             .set(status.retention_secs.unwrap_or(0) as i64);
-        i.settings_problems.set(status.server_settings.len() as i64);
+        let retention_problem = usize::from(status.retention_problem.is_some());
+        i.settings_problems
+            .set((status.server_settings.len() + retention_problem) as i64);
         if let Some(age) = status.checkpoint_age_secs {
             i.checkpoint_age_seconds.set(age);
         }
