@@ -76,12 +76,17 @@ impl Checkpoint {
     /// is only an answer on the server that wrote the file (`None` otherwise, or for
     /// differently named binlogs).
     pub fn includes(&self, other: &Position, server_id: u32) -> Option<bool> {
-        if !self.position.compares_by_gtid(other)
-            && self.server_id.is_some_and(|mine| mine != server_id)
-        {
+        if self.foreign_file_position(other, server_id).is_some() {
             return None;
         }
         self.position.includes(other)
+    }
+
+    /// The checkpoint's server, when comparing it with `other` (a position on server
+    /// `server_id`) would have to go by file and offset across servers.
+    pub fn foreign_file_position(&self, other: &Position, server_id: u32) -> Option<u32> {
+        self.server_id
+            .filter(|mine| *mine != server_id && !self.position.compares_by_gtid(other))
     }
 
     /// The same checkpoint, delivered up to `through` beyond its position.

@@ -79,14 +79,12 @@ fn same_server(
     snapshot: &crate::position::Position,
     server_id: u32,
 ) -> Result<(), OpsError> {
-    match checkpoint.server_id {
-        Some(theirs) if theirs != server_id && !checkpoint.position.compares_by_gtid(snapshot) => {
-            Err(OpsError::CheckpointOfOtherServer {
-                checkpoint: checkpoint.position.to_string(),
-                checkpoint_server: theirs,
-                server: server_id,
-            })
-        }
-        _ => Ok(()),
+    match checkpoint.foreign_file_position(snapshot, server_id) {
+        Some(theirs) => Err(OpsError::CheckpointOfOtherServer {
+            checkpoint: checkpoint.position.to_string(),
+            checkpoint_server: theirs,
+            server: server_id,
+        }),
+        None => Ok(()),
     }
 }
