@@ -12,7 +12,8 @@
 //!              (config, connect, reader, boundary, server queries, table snapshots)
 //! outbox/      row → OutboxEvent (column mapping, rules, what is ignored or invalid)
 //! route/       OutboxEvent → Kafka record (topic, key, headers, JSON / Avro value)
-//! sink/        Kafka producer (idempotent, acks=all, delivery proof, topics) or stdout
+//! sink/        Kafka producer (idempotent, acks=all, delivery proof), its admin and
+//!              read-back consumers, or stdout
 //! checkpoint/  durable store of the last fully acknowledged position, and its writer
 //! pipeline/    the wiring: start position, read loop, acker (the acknowledgement
 //!              path back from the sink to the checkpoint), supervisor and restarts

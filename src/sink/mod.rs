@@ -3,22 +3,19 @@
 
 mod config;
 mod kafka;
-mod markers;
-mod scan;
 #[cfg(test)]
 pub mod scripted;
 mod stdout;
-mod topics;
 
 use futures::future::BoxFuture;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 pub use config::{DeliveryConfig, DeliveryMode, KafkaConfig, TopicRule, TopicsConfig};
-pub use kafka::{client_config, consumer_config, KafkaSink, Unreachable};
-pub use markers::{newest, Newest};
-pub use scan::{scan, Scanned};
+pub use kafka::{
+    client_config, consumer_config, newest, scan, KafkaSink, Newest, Scanned, TopicCreator,
+    Unreachable,
+};
 pub use stdout::StdoutSink;
-pub use topics::TopicCreator;
 
 use crate::route::{EventRef, Record};
 

@@ -10,7 +10,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use super::{KafkaConfig, SinkError};
+use crate::sink::{KafkaConfig, SinkError};
 
 /// How long the topic may take to answer in all.
 const READ_DEADLINE: Duration = Duration::from_secs(60);

@@ -13,8 +13,8 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, Top
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::RDKafkaErrorCode;
 
-use super::SinkError;
 use crate::pattern::Pattern;
+use crate::sink::SinkError;
 use crate::sink::{KafkaConfig, TopicRule};
 
 /// Creates (or, with creation off, looks up) topics once each.
@@ -71,7 +71,7 @@ fn creation_failed(topic: String, code: RDKafkaErrorCode) -> SinkError {
 impl TopicCreator {
     /// An admin client with the producer's connection settings.
     pub fn new(cfg: &KafkaConfig) -> Result<Self, SinkError> {
-        let admin = super::kafka::client_config(cfg)
+        let admin = super::client_config(cfg)
             .create()
             .map_err(SinkError::Create)?;
         let rules = cfg

@@ -10,7 +10,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{KafkaConfig, SinkError};
+use crate::sink::{KafkaConfig, SinkError};
 
 /// A partition that makes no progress this long stops the scan.
 const STALL: Duration = Duration::from_secs(60);

@@ -1,0 +1,63 @@
+//! The Kafka side of the sink, named for what each part is: the producer that is the
+//! sink (with its delivery proof and exactly-once transactions), the admin client that
+//! creates topics, the consumers that read topics back (`reconcile`'s scan, commit
+//! markers and Connect offsets), and the probe that tells whether a cluster is reachable.
+
+mod admin;
+mod consumer_markers;
+mod consumer_scan;
+mod delivery;
+mod probe;
+mod producer;
+mod transactions;
+
+use rdkafka::config::ClientConfig;
+
+pub use admin::TopicCreator;
+pub use consumer_markers::{newest, Newest};
+pub use consumer_scan::{scan, Scanned};
+pub use probe::Unreachable;
+pub use producer::KafkaSink;
+
+use super::KafkaConfig;
+
+/// Defaults chosen for an outbox stream; every one can be overridden in config.
+const DEFAULTS: &[(&str, &str)] = &[
+    // Kafka's Java producer (and so Debezium) picks a key's partition by murmur2; with
+    // librdkafka's CRC32 default an aggregate would move partitions on a switch.
+    ("partitioner", "murmur2_random"),
+    ("linger.ms", "5"),
+    ("compression.type", "lz4"),
+    // Beyond librdkafka's internal retries the pipeline restarts from the checkpoint.
+    ("message.timeout.ms", "120000"),
+    // Queue depth and broker round trips for /metrics; parsing costs little at 10 s.
+    ("statistics.interval.ms", "10000"),
+];
+
+/// The producer configuration: defaults, the user's properties, then what the contract fixes.
+pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    for (k, v) in DEFAULTS {
+        c.set(*k, *v);
+    }
+    for (k, v) in &cfg.properties {
+        c.set(k, v);
+    }
+    c.set("bootstrap.servers", &cfg.bootstrap_servers);
+    // Per-aggregate order and no loss: idempotence keeps retries from reordering.
+    c.set("enable.idempotence", "true");
+    c.set("acks", "all");
+    c
+}
+
+/// A consumer's configuration: the user's properties (security, …) and the brokers.
+pub fn consumer_config(cfg: &KafkaConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    for (k, v) in &cfg.properties {
+        c.set(k, v);
+    }
+    c.set("bootstrap.servers", &cfg.bootstrap_servers);
+    // Producer properties among them would each log a warning.
+    c.set("log_level", "3");
+    c
+}

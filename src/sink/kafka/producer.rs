@@ -1,0 +1,192 @@
+//! The producer sink: idempotent, acks=all, bounded by the pipeline's in-flight window;
+//! a record counts as delivered only with an offset (`delivery.rs`).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::FutureExt;
+use rdkafka::config::FromClientConfigAndContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+
+use super::delivery::{AckContext, BatchAcks, FailureReason};
+use super::transactions::{
+    is_fenced, transaction_error, Transactional, TRANSACTION_TIMEOUT, TRANSACTION_TIMEOUT_RAISED_MS,
+};
+use super::{client_config, TopicCreator};
+use crate::monitor::Metrics;
+use crate::route::Record;
+use crate::sink::{Delivery, DeliveryConfig, KafkaConfig, SinkError};
+
+/// Produces records to Kafka.
+pub struct KafkaSink {
+    pub(super) producer: ThreadedProducer<AckContext>,
+    /// Creates (or looks up) each topic before its first record.
+    topics: TopicCreator,
+    /// Exactly-once mode: where each transaction's commit marker goes.
+    pub(super) transactional: Option<Transactional>,
+}
+
+impl KafkaSink {
+    /// Creates the producer (does not contact the brokers yet); deliveries, their
+    /// failures and librdkafka's statistics are reported to `metrics`.
+    pub fn new(
+        cfg: &KafkaConfig,
+        delivery: &DeliveryConfig,
+        metrics: &Metrics,
+    ) -> Result<Self, SinkError> {
+        let context = AckContext::new(metrics);
+        let mut client = client_config(cfg);
+        if delivery.exactly_once() {
+            client.set("transactional.id", &delivery.transactional_id);
+            // librdkafka requires message.timeout.ms <= transaction.timeout.ms.
+            if !cfg.properties.contains_key("transaction.timeout.ms") {
+                let message_timeout = client
+                    .get("message.timeout.ms")
+                    .unwrap_or("300000")
+                    .to_string();
+                client.set("transaction.timeout.ms", message_timeout);
+            }
+            // Raised after a transaction outlived it (see `outlived_transaction_timeout`).
+            let configured: u64 = client
+                .get("transaction.timeout.ms")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(60_000);
+            let raised = TRANSACTION_TIMEOUT_RAISED_MS.load(Ordering::Relaxed);
+            if raised > configured {
+                client.set("transaction.timeout.ms", raised.to_string());
+            }
+            // Back-to-back transactions: the next one's AddPartitionsToTxn meets
+            // CONCURRENT_TRANSACTIONS until the last one's markers are written, and
+            // librdkafka asks again after retry.backoff.ms (100) — a floor of 100 ms per
+            // transaction. Java's producer retries that request after 20 ms
+            // (KAFKA-5477); other retries still back off exponentially to
+            // retry.backoff.max.ms.
+            if !cfg.properties.contains_key("retry.backoff.ms") {
+                client.set("retry.backoff.ms", "5");
+            }
+        }
+        let transaction_timeout = Duration::from_millis(
+            client
+                .get("transaction.timeout.ms")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(60_000),
+        );
+        let producer = ThreadedProducer::from_config_and_context(&client, context)
+            .map_err(SinkError::Create)?;
+        let topics = TopicCreator::new(cfg)?;
+        let transactional = if delivery.exactly_once() {
+            topics.ensure_compacted(&delivery.checkpoint_topic, "checkpoint")?;
+            // Fences any earlier producer with this transactional.id and aborts its
+            // open transaction: nothing it had not committed ever becomes visible.
+            let started = std::time::Instant::now();
+            tokio::task::block_in_place(|| producer.init_transactions(TRANSACTION_TIMEOUT))
+                .map_err(|error| transaction_error("init", &delivery.transactional_id, error))?;
+            tracing::info!(transactional_id = %delivery.transactional_id, init_ms = started.elapsed().as_millis() as u64, "transactional producer initialised: any earlier producer of this id is fenced, its open transaction aborted");
+            Some(Transactional {
+                topic: delivery.checkpoint_topic.clone(),
+                key: delivery.transactional_id.clone(),
+                timeout: transaction_timeout,
+            })
+        } else {
+            None
+        };
+        Ok(Self {
+            producer,
+            topics,
+            transactional,
+        })
+    }
+    pub(crate) async fn send(&self, records: Vec<Record>) -> Result<Delivery, SinkError> {
+        self.topics
+            .ensure(records.iter().map(|r| &*r.topic))
+            .await?;
+        let (acks, outcome) = BatchAcks::new(records.len());
+        let mut events = Vec::with_capacity(records.len());
+        for r in records {
+            let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
+            for (k, v) in &r.headers {
+                headers = headers.insert(Header {
+                    key: k,
+                    value: Some(v),
+                });
+            }
+            let mut record = BaseRecord::with_opaque_to(&r.topic, acks.clone())
+                .key(&r.key)
+                .headers(headers)
+                .timestamp(r.timestamp_ms);
+            if let Some(v) = &r.value {
+                record = record.payload(v);
+            }
+            if let Some(p) = r.partition {
+                record = record.partition(p);
+            }
+            loop {
+                match self.producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        // librdkafka's own queue is full: wait for it to drain, keep order.
+                        record = back;
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Err((error, _)) => {
+                        return Err(SinkError::Produce {
+                            event: Box::new(r.event),
+                            topic: r.topic.to_string(),
+                            error,
+                        })
+                    }
+                }
+            }
+            events.push(r.event);
+            if events.len() == 1 && events.capacity() > 1 {
+                crash_point!("sink.mid_transaction");
+            }
+        }
+        drop(acks);
+        let transactional_id = self.transactional.as_ref().map(|t| t.key.clone());
+        Ok(async move {
+            let n = events.len();
+            if n == 0 {
+                return Ok(0);
+            }
+            match outcome.await {
+                Ok(Ok(())) => Ok(n),
+                Ok(Err(failed)) => {
+                    // The event whose id the failed record carries in a header.
+                    let at = events
+                        .iter()
+                        .position(|e| !e.id.0.is_empty() && failed.header_values.contains(&e.id.0))
+                        .unwrap_or(0);
+                    let event = Box::new(events.swap_remove(at));
+                    let topic = failed.topic;
+                    Err(match failed.reason {
+                        FailureReason::Error(error)
+                            if is_fenced(&error) && transactional_id.is_some() =>
+                        {
+                            SinkError::Fenced {
+                                transactional_id: transactional_id.unwrap_or_default(),
+                                error,
+                            }
+                        }
+                        FailureReason::Error(error) => SinkError::Delivery {
+                            event,
+                            topic,
+                            error,
+                        },
+                        FailureReason::NoOffset { partition } => SinkError::Unproven {
+                            event,
+                            topic,
+                            partition,
+                        },
+                    })
+                }
+                Err(_) => Err(SinkError::Canceled {
+                    event: Box::new(events.swap_remove(0)),
+                }),
+            }
+        }
+        .boxed())
+    }
+}

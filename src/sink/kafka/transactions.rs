@@ -1,0 +1,277 @@
+//! Exactly-once mode on the producer: one Kafka transaction at a time, closed by a commit
+//! marker on a compacted topic; fencing, timeouts and the first start's permission.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseRecord, FutureProducer, Producer};
+
+use super::delivery::{BatchAcks, Failure, FailureReason};
+use super::{client_config, KafkaSink, TopicCreator};
+use crate::sink::{DeliveryConfig, KafkaConfig, SinkError};
+
+/// The commit marker of exactly-once mode: one record per Kafka transaction, on a
+/// compacted topic, keyed by the source's `transactional.id`.
+pub(super) struct Transactional {
+    pub(super) topic: String,
+    pub(super) key: String,
+    /// The producer's `transaction.timeout.ms`.
+    pub(super) timeout: Duration,
+}
+
+/// 15 minutes by default.
+const BROKER_MAX_TRANSACTION_TIMEOUT_MS: u64 = 900_000;
+
+/// A `transaction.timeout.ms` raised for this process's next producers after a Kafka
+/// transaction outlived the configured one: the coordinator aborted it, and the same
+/// binlog transaction would outlive it again after every restart. Process-wide because
+/// the pipeline builds a new producer on each restart and exactly-once mode has one.
+pub(super) static TRANSACTION_TIMEOUT_RAISED_MS: AtomicU64 = AtomicU64::new(0);
+
+/// How long transaction control calls may take (librdkafka retries within it).
+pub(super) const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl KafkaSink {
+    /// A failure of a Kafka transaction open for `open_for` as what it was: past the
+    /// producer's `transaction.timeout.ms`, the coordinator aborts it and bumps the epoch,
+    /// and librdkafka reports a fence. The next producer gets twice the time (up to the
+    /// brokers' default maximum), so the pipeline's restart gets through.
+    pub fn outlived_transaction_timeout(&self, error: SinkError, open_for: Duration) -> SinkError {
+        let Some(t) = &self.transactional else {
+            return error;
+        };
+        let error = self.explain(error);
+        let fits = open_for < t.timeout;
+        if fits
+            || !matches!(
+                error,
+                SinkError::Fenced { .. } | SinkError::Transaction { .. }
+            )
+        {
+            return error;
+        }
+        let timeout_ms = t.timeout.as_millis() as u64;
+        let next_ms = (timeout_ms.saturating_mul(2)).min(BROKER_MAX_TRANSACTION_TIMEOUT_MS);
+        let retry_with_ms = (next_ms > timeout_ms).then_some(next_ms);
+        if let Some(next) = retry_with_ms {
+            TRANSACTION_TIMEOUT_RAISED_MS.fetch_max(next, Ordering::Relaxed);
+        }
+        SinkError::TransactionTimedOut {
+            transactional_id: t.key.clone(),
+            open_secs: open_for.as_secs(),
+            timeout_ms,
+            retry_with_ms,
+        }
+    }
+
+    /// True in exactly-once mode.
+    pub fn is_transactional(&self) -> bool {
+        self.transactional.is_some()
+    }
+
+    /// Opens a Kafka transaction (exactly-once mode).
+    pub fn begin(&self) -> Result<(), SinkError> {
+        let Some(t) = &self.transactional else {
+            return Ok(());
+        };
+        self.producer
+            .begin_transaction()
+            .map_err(|error| transaction_error("begin", &t.key, error))
+    }
+
+    /// Adds `marker` (the checkpoint of the transaction's last binlog transaction), if
+    /// any, to the open Kafka transaction and commits it: the records and the marker become
+    /// visible together or not at all. A failed commit is aborted.
+    pub async fn commit(&self, marker: Option<Vec<u8>>) -> Result<(), SinkError> {
+        let Some(t) = &self.transactional else {
+            return Ok(());
+        };
+        let outcome = match marker {
+            Some(marker) => {
+                let (acks, outcome) = BatchAcks::new(1);
+                // Partition 0 by name: the reader takes the newest record of partition 0,
+                // whatever partitioner the user's properties set.
+                let record = BaseRecord::with_opaque_to(&t.topic, acks)
+                    .partition(0)
+                    .key(&t.key)
+                    .payload(&marker);
+                if let Err((error, _)) = self.producer.send(record) {
+                    return Err(self.aborted("commit marker", &t.key, error));
+                }
+                Some(outcome)
+            }
+            None => None,
+        };
+        // The marker's own acknowledgement first: rust-rdkafka's commit_transaction
+        // flushes before committing, and a flush that finds a record outstanding polls
+        // an event queue the producer's thread drains — a fixed 100 ms per commit.
+        if let Some(outcome) = outcome {
+            let error = match tokio::time::timeout(TRANSACTION_TIMEOUT, outcome).await {
+                Ok(Ok(Ok(()))) => None,
+                Ok(Ok(Err(Failure {
+                    reason: FailureReason::Error(error),
+                    ..
+                }))) => Some(error),
+                _ => Some(KafkaError::Canceled),
+            };
+            if let Some(error) = error {
+                return Err(self.aborted("commit marker", &t.key, error));
+            }
+        }
+        let committed =
+            tokio::task::block_in_place(|| self.producer.commit_transaction(TRANSACTION_TIMEOUT));
+        if let Err(error) = committed {
+            return Err(self.aborted("commit", &t.key, error));
+        }
+        Ok(())
+    }
+
+    /// Drops every record not yet written (queued, or in flight and not yet answered):
+    /// after one record failed, the ones behind it on its partition must not be written
+    /// before it is sent again, or its aggregate's order breaks. librdkafka delivers
+    /// later records after an earlier one timed out, as soon as the broker is back.
+    pub fn abandon(&self) {
+        self.producer
+            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+    }
+
+    /// A failure as what caused it: once the producer is fenced, its queued records fail
+    /// with `PurgeQueue` and its calls with errors that name nothing; the fatal error
+    /// librdkafka keeps says the producer was fenced.
+    pub fn explain(&self, error: SinkError) -> SinkError {
+        let Some(t) = &self.transactional else {
+            return error;
+        };
+        if matches!(
+            error,
+            SinkError::Fenced { .. } | SinkError::TransactionTimedOut { .. }
+        ) {
+            return error;
+        }
+        match self.producer.client().fatal_error() {
+            Some((code, reason)) if is_fenced_code(code) || reason.contains("fenced") => {
+                tracing::debug!(%reason, "the producer's fatal error");
+                SinkError::Fenced {
+                    transactional_id: t.key.clone(),
+                    error: KafkaError::MessageProduction(code),
+                }
+            }
+            _ => error,
+        }
+    }
+
+    /// Aborts the open transaction, if any (after a failed delivery).
+    pub fn abort(&self) {
+        if self.transactional.is_some() {
+            let _ = tokio::task::block_in_place(|| {
+                self.producer.abort_transaction(TRANSACTION_TIMEOUT)
+            });
+        }
+    }
+
+    /// Aborts the open transaction (best effort) and returns the error that caused it.
+    fn aborted(&self, action: &'static str, key: &str, error: KafkaError) -> SinkError {
+        let failure = transaction_error(action, key, error);
+        if !matches!(failure, SinkError::Fenced { .. }) {
+            let _ = tokio::task::block_in_place(|| {
+                self.producer.abort_transaction(TRANSACTION_TIMEOUT)
+            });
+        }
+        failure
+    }
+
+    /// The newest commit marker of `delivery.transactional_id`, read with
+    /// `read_committed`: where exactly-once mode resumes.
+    pub fn last_marker(
+        cfg: &KafkaConfig,
+        delivery: &DeliveryConfig,
+    ) -> Result<Option<Vec<u8>>, SinkError> {
+        super::consumer_markers::last(cfg, &delivery.checkpoint_topic, &delivery.transactional_id)
+    }
+
+    /// True when `checkpoint init` allowed exactly-once mode's first start for this
+    /// transactional id (a record under its own key beside the markers).
+    pub fn first_start_allowed(
+        cfg: &KafkaConfig,
+        delivery: &DeliveryConfig,
+    ) -> Result<bool, SinkError> {
+        let key = first_start_key(delivery);
+        Ok(super::consumer_markers::last(cfg, &delivery.checkpoint_topic, &key)?.is_some())
+    }
+
+    /// Creates the checkpoint topic, or checks the shape of the one there.
+    pub fn ensure_checkpoint_topic(
+        cfg: &KafkaConfig,
+        delivery: &DeliveryConfig,
+    ) -> Result<(), SinkError> {
+        TopicCreator::new(cfg)?.ensure_compacted(&delivery.checkpoint_topic, "checkpoint")
+    }
+
+    /// Records that a first start at `source.start` is intended (`checkpoint init` in
+    /// exactly-once mode). Under its own key, so it can never hide a commit marker.
+    pub async fn allow_first_start(
+        cfg: &KafkaConfig,
+        delivery: &DeliveryConfig,
+    ) -> Result<(), SinkError> {
+        let topic = &delivery.checkpoint_topic;
+        let producer: FutureProducer = client_config(cfg).create().map_err(SinkError::Create)?;
+        let key = first_start_key(delivery);
+        let value = format!(
+            "first start allowed by `checkpoint init` at unix ms {}",
+            crate::checkpoint::now_ms()
+        );
+        let record = rdkafka::producer::FutureRecord::to(topic)
+            .partition(0)
+            .key(&key)
+            .payload(&value);
+        match producer.send(record, Duration::from_secs(30)).await {
+            // Proof, as for any record: an offset.
+            Ok(delivered) if delivered.offset >= 0 => Ok(()),
+            Ok(_) => Err(SinkError::FirstStart {
+                topic: topic.clone(),
+                reason: "reported delivered without an offset".into(),
+            }),
+            Err((error, _)) => Err(SinkError::FirstStart {
+                topic: topic.clone(),
+                reason: error.to_string(),
+            }),
+        }
+    }
+}
+
+/// The key of `checkpoint init`'s first-start record: beside the markers, never theirs.
+fn first_start_key(delivery: &DeliveryConfig) -> String {
+    format!("{}#first-start", delivery.transactional_id)
+}
+
+/// True when a newer producer with the same `transactional.id` fenced this one.
+pub(super) fn is_fenced(error: &KafkaError) -> bool {
+    match error {
+        KafkaError::Transaction(e) => e.is_fatal() || is_fenced_code(e.code()),
+        other => other.rdkafka_error_code().is_some_and(is_fenced_code),
+    }
+}
+
+/// The error codes of a fenced producer.
+fn is_fenced_code(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode::*;
+    matches!(code, ProducerFenced | InvalidProducerEpoch | Fenced)
+}
+
+/// A transaction call's failure: fenced (final for this process) or retryable from the
+/// checkpoint.
+pub(super) fn transaction_error(action: &'static str, key: &str, error: KafkaError) -> SinkError {
+    if is_fenced(&error) {
+        SinkError::Fenced {
+            transactional_id: key.to_string(),
+            error,
+        }
+    } else {
+        SinkError::Transaction {
+            action,
+            transactional_id: key.to_string(),
+            error,
+        }
+    }
+}

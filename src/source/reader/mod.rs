@@ -1,0 +1,348 @@
+//! The binlog stream, cut into committed transactions.
+//!
+//! A transaction ends at an XID event (InnoDB), a `COMMIT`/`ROLLBACK` query event, or is
+//! a single statement (DDL) outside `BEGIN`. Rotate events keep the file name current;
+//! heartbeats only prove the connection is alive. Rows are decoded for watched tables
+//! only, so unrelated traffic costs little but still advances the position.
+
+mod events;
+mod group;
+mod payload;
+#[cfg(test)]
+mod recorded;
+mod tables;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use mysql_async::binlog::events::{Event, EventData, TransactionPayloadEvent};
+use mysql_async::binlog::EventType;
+
+use super::boundary::{Boundaries, Event as Boundary, Step};
+use super::mariadb;
+use super::{BinlogFile, GtidState, Position, RowChange, SourceError, Transaction};
+use crate::pattern::Pattern;
+use events::EventSource;
+use group::{GroupSize, PreparedXa};
+use tables::MappedTable;
+
+/// Reads committed transactions from a binlog stream.
+pub struct BinlogReader {
+    stream: EventSource,
+    /// Position of the last event read; `offset` only moves at transaction ends.
+    at: Position,
+    /// Outbox table names or patterns (`tenant_*.outbox`).
+    watched: Vec<Pattern>,
+    /// Table id → the last TABLE_MAP for it, and the layout when the table is watched.
+    table_ids: HashMap<u64, MappedTable>,
+    read_timeout: Duration,
+    /// Joined by GTID state rather than file and offset.
+    by_gtid: bool,
+    seen_format_description: bool,
+    checksums_on: bool,
+    /// Where groups begin and end.
+    boundaries: Boundaries,
+    /// The position before the current group (its GTID not yet applied).
+    group_start: Position,
+    /// Prepared XA branches not yet resolved, oldest first.
+    prepared: Vec<PreparedXa>,
+    /// End offset of the current MySQL 8 compressed transaction payload, whose inner
+    /// events carry log_pos 0.
+    payload_end: Option<u64>,
+    changes: Vec<RowChange>,
+    /// The current group, for streaming it in parts.
+    group: GroupSize,
+    /// `source.max_transaction_bytes`.
+    max_transaction_bytes: Option<u64>,
+    /// Nothing ending at or before it is published (see `with_delivered_through`).
+    delivered_through: Option<Position>,
+}
+
+/// Rows in a transaction before a part of it is streamed: a transaction of any size then
+/// holds at most this much in the reader, and the pipeline's in-flight window (records
+/// and bytes) holds inside it too.
+const PART_ROWS: usize = 2_000;
+/// Table ids remembered between transactions before the map is dropped.
+const MAX_TABLE_IDS: usize = 4096;
+/// Row-event bytes before a part is streamed.
+const PART_BYTES: u64 = 4 << 20;
+
+impl BinlogReader {
+    /// A reader of `stream` from `start` (see `start`).
+    fn reading(
+        stream: EventSource,
+        start: Position,
+        watched: &[Pattern],
+        heartbeat: Duration,
+        by_gtid: bool,
+        checksums_on: bool,
+    ) -> Self {
+        Self {
+            stream,
+            group_start: start.clone(),
+            at: start,
+            watched: watched.to_vec(),
+            table_ids: HashMap::new(),
+            read_timeout: heartbeat * 3 + Duration::from_secs(1),
+            by_gtid,
+            seen_format_description: false,
+            checksums_on,
+            boundaries: Boundaries::default(),
+            prepared: Vec::new(),
+            payload_end: None,
+            changes: Vec::new(),
+            group: GroupSize::default(),
+            max_transaction_bytes: None,
+            delivered_through: None,
+        }
+    }
+
+    /// Publishes nothing that ends at or before `through` (a checkpoint's
+    /// `delivered_through`: the resume position was held before a prepared XA branch,
+    /// and what follows it up to here was delivered); XA branches are still collected.
+    pub fn with_delivered_through(mut self, through: Option<Position>) -> Self {
+        self.delivered_through = through;
+        self
+    }
+
+    /// Stops at a transaction with more outbox row bytes than `limit`, holding each one
+    /// whole up to it (unset: transactions stream in parts).
+    pub fn with_max_transaction_bytes(mut self, limit: Option<u64>) -> Self {
+        self.max_transaction_bytes = limit;
+        self
+    }
+
+    /// The position of the last completed transaction read.
+    pub fn position(&self) -> &Position {
+        &self.at
+    }
+
+    /// Waits for the next committed transaction.
+    pub async fn next_transaction(&mut self) -> Result<Transaction, SourceError> {
+        loop {
+            let event = match tokio::time::timeout(self.read_timeout, self.stream.next()).await {
+                Err(_) => {
+                    return Err(SourceError::ReadTimeout {
+                        position: self.at.to_string(),
+                        secs: self.read_timeout.as_secs(),
+                    })
+                }
+                Ok(None) => {
+                    return Err(SourceError::StreamEnded {
+                        position: self.at.to_string(),
+                    })
+                }
+                Ok(Some(Err(e))) => return Err(SourceError::stream(&self.at, e)),
+                Ok(Some(Ok(event))) => event,
+            };
+            if let Some(txn) = self.handle(event)? {
+                return Ok(txn);
+            }
+        }
+    }
+
+    fn decode_error(&self, event_end: u64, reason: impl ToString) -> SourceError {
+        SourceError::Decode {
+            position: format!("{}:{}", self.at.file, event_end),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Handles one event; returns a transaction when this event completed one.
+    fn handle(&mut self, event: Event) -> Result<Option<Transaction>, SourceError> {
+        // MariaDB's compressed events (log_bin_compress) read as the events they compress.
+        let event = match mariadb::uncompressed(&event) {
+            None => event,
+            Some(Ok(plain)) => plain,
+            Some(Err(reason)) => {
+                let end = u64::from(event.header().log_pos());
+                return Err(self.decode_error(end, reason));
+            }
+        };
+        let header = event.header();
+        let raw_type = header.event_type_raw();
+        // Events inside a compressed payload carry log_pos 0: they end where it ends.
+        let event_end = match header.log_pos() {
+            0 => self.payload_end.unwrap_or(self.at.offset),
+            p => u64::from(p),
+        };
+        match raw_type {
+            mariadb::GTID_EVENT => {
+                let gtid = mariadb::parse_gtid(event.data(), header.server_id())
+                    .ok_or_else(|| self.decode_error(event_end, "short MariaDB GTID event"))?;
+                let step = self.boundaries.step(&Boundary::Gtid {
+                    standalone: gtid.standalone,
+                });
+                self.apply(step, event_end, header.timestamp())?;
+                self.group.xa = gtid.prepared_xa;
+                self.at.gtid.apply_mariadb(gtid.gtid);
+                return Ok(None);
+            }
+            mariadb::GTID_LIST_EVENT => {
+                let list = mariadb::parse_gtid_list(event.data())
+                    .ok_or_else(|| self.decode_error(event_end, "short MariaDB GTID list event"))?;
+                for gtid in list {
+                    self.at.gtid.apply_mariadb(gtid);
+                }
+                return Ok(None);
+            }
+            mariadb::ANNOTATE_ROWS_EVENT | mariadb::BINLOG_CHECKPOINT_EVENT => return Ok(None),
+            mariadb::XA_PREPARE_LOG_EVENT => {
+                let step = self.boundaries.step(&Boundary::XaPrepare(event.data()));
+                return self.apply(step, event_end, header.timestamp());
+            }
+            _ => {}
+        }
+        let Ok(event_type) = header.event_type() else {
+            // An event type neither library nor router knows: it may carry rows, so
+            // skipping it could lose data.
+            return Err(
+                self.decode_error(event_end, format!("unknown binlog event type {raw_type}"))
+            );
+        };
+        match event_type {
+            // Rotation happens between transactions: moving the position to the new file
+            // keeps a quiet router from pinning the old one until it expires.
+            EventType::ROTATE_EVENT
+                if self.rotate(&event, header.log_pos())?
+                    && !self.boundaries.in_group()
+                    && self.changes.is_empty() =>
+            {
+                return Ok(Some(self.commit(self.at.offset, header.timestamp())));
+            }
+            EventType::FORMAT_DESCRIPTION_EVENT => self.seen_format_description = true,
+            EventType::GTID_EVENT | EventType::GTID_TAGGED_LOG_EVENT => {
+                let step = self.boundaries.step(&Boundary::MySqlGtid);
+                self.apply(step, event_end, header.timestamp())?;
+                // Decoded only when a GTID set is kept (see `GtidState::apply_mysql`).
+                if matches!(self.at.gtid, GtidState::MySql(_)) {
+                    let Some(EventData::GtidEvent(gtid)) = self.read(&event, event_end)? else {
+                        return Err(self.decode_error(event_end, "MySQL GTID event did not decode"));
+                    };
+                    self.at.gtid.apply_mysql(&gtid);
+                }
+            }
+            EventType::ANONYMOUS_GTID_EVENT => {
+                let step = self.boundaries.step(&Boundary::MySqlGtid);
+                self.apply(step, event_end, header.timestamp())?;
+            }
+            EventType::TRANSACTION_PAYLOAD_EVENT => {
+                // mysql_async expands the payload into the events that follow, but a
+                // payload that does not decompress to its stated size becomes no events
+                // at all, without a word: the transaction would be skipped.
+                let payload = event
+                    .read_event::<TransactionPayloadEvent<'_>>()
+                    .map_err(|e| {
+                        self.decode_error(event_end, format!("compressed transaction: {e}"))
+                    })?;
+                payload::check(&payload).map_err(|e| {
+                    self.decode_error(event_end, format!("compressed transaction: {e}"))
+                })?;
+                self.payload_end = Some(event_end);
+            }
+            EventType::TABLE_MAP_EVENT => self.table_map(&event, event_end)?,
+            EventType::WRITE_ROWS_EVENT
+            | EventType::WRITE_ROWS_EVENT_V1
+            | EventType::UPDATE_ROWS_EVENT
+            | EventType::UPDATE_ROWS_EVENT_V1
+            | EventType::PARTIAL_UPDATE_ROWS_EVENT
+            | EventType::DELETE_ROWS_EVENT
+            | EventType::DELETE_ROWS_EVENT_V1 => {
+                self.rows(&event, event_end)?;
+                if let Some(part) = self.part(header.timestamp()) {
+                    return Ok(Some(part));
+                }
+            }
+            EventType::XID_EVENT => {
+                let step = self.boundaries.step(&Boundary::Xid);
+                return self.apply(step, event_end, header.timestamp());
+            }
+            EventType::QUERY_EVENT => {
+                let Some(EventData::QueryEvent(q)) = self.read(&event, event_end)? else {
+                    return Err(self.decode_error(event_end, "QUERY event did not decode"));
+                };
+                let sql = q.query_raw();
+                let xa_start = super::boundary::classify(sql) == super::boundary::Statement::XaStart;
+                let step = self.boundaries.step(&Boundary::Query(sql));
+                if step == Step::StatementDml {
+                    return Err(self.statement_logged(sql, &q.schema(), event_end));
+                }
+                let done = self.apply(step, event_end, header.timestamp());
+                // MySQL opens an XA branch's group with `XA START` (MariaDB flags its GTID).
+                self.group.xa |= xa_start;
+                return done;
+            }
+            // LOAD DATA logged as a statement: the file travels in blocks, then the
+            // statement that loads it. No rows: a replica re-runs it.
+            EventType::BEGIN_LOAD_QUERY_EVENT | EventType::APPEND_BLOCK_EVENT => {}
+            EventType::EXECUTE_LOAD_QUERY_EVENT => {
+                let Some(EventData::ExecuteLoadQueryEvent(q)) = self.read(&event, event_end)? else {
+                    return Err(self.decode_error(event_end, "EXECUTE_LOAD_QUERY event did not decode"));
+                };
+                return Err(self.statement_logged(q.query_raw(), &q.schema(), event_end));
+            }
+            // LOAD DATA as servers before MySQL 5.0.3 logged it.
+            EventType::LOAD_EVENT
+            | EventType::NEW_LOAD_EVENT
+            | EventType::CREATE_FILE_EVENT
+            | EventType::EXEC_LOAD_EVENT => {
+                return Err(self.statement_logged(b"LOAD DATA (pre-5.0 load event)", "", event_end));
+            }
+            EventType::PRE_GA_WRITE_ROWS_EVENT
+            | EventType::PRE_GA_UPDATE_ROWS_EVENT
+            | EventType::PRE_GA_DELETE_ROWS_EVENT => {
+                return Err(self.decode_error(
+                    event_end,
+                    "pre-GA rows events (MySQL 5.1.0-5.1.15) are not supported",
+                ));
+            }
+            // The server itself says changes may be missing from the binlog (MySQL's
+            // LOST_EVENTS): a replica stops here, and so does the router.
+            EventType::INCIDENT_EVENT => {
+                return Err(SourceError::Unaccountable {
+                    position: format!("{}:{}", self.at.file, event_end),
+                    reason: "INCIDENT event: the server reports that changes may be missing from the binlog here".into(),
+                })
+            }
+            // Heartbeats, stop, intvar, rand, user var, previous GTIDs, rows query and
+            // friends carry no rows.
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    fn read<'e>(
+        &self,
+        event: &'e Event,
+        event_end: u64,
+    ) -> Result<Option<EventData<'e>>, SourceError> {
+        event
+            .read_data()
+            .map_err(|e| self.decode_error(event_end, e))
+    }
+    /// Follows a rotate event; true when a real rotation moved the reader to a new file.
+    fn rotate(&mut self, event: &Event, log_pos: u32) -> Result<bool, SourceError> {
+        let Some(EventData::RotateEvent(rotate)) = self.read(event, u64::from(log_pos))? else {
+            return Err(self.decode_error(u64::from(log_pos), "ROTATE event did not decode"));
+        };
+        let mut name = rotate.name_raw().to_vec();
+        // The first (fake) rotate arrives before the format description, so the reader
+        // does not yet know checksums are on and leaves the 4 CRC bytes in the name.
+        if log_pos == 0 && !self.seen_format_description && self.checksums_on && name.len() > 4 {
+            name.truncate(name.len() - 4);
+        }
+        let name = String::from_utf8(name)
+            .map_err(|_| self.decode_error(u64::from(log_pos), "binlog file name is not UTF-8"))?;
+        let file = BinlogFile::new(name).map_err(|e| self.decode_error(u64::from(log_pos), e))?;
+        if file == self.at.file {
+            return Ok(false);
+        }
+        self.at.file = file;
+        self.at.offset = rotate.position().max(4);
+        // A fake rotate before the first format description only names the requested
+        // file; later ones (e.g. after a server restart's STOP event) are real switches.
+        // Joined by GTID, the first one names the file where the server found our place:
+        // nothing committed lies between, so the checkpoint may move there.
+        Ok(log_pos != 0 || self.seen_format_description || self.by_gtid)
+    }
+}
