@@ -12,7 +12,7 @@ mod watch;
 
 pub use config::MonitorConfig;
 pub use http::serve;
-pub use metrics::{Metrics, RestartReason, Snapshot};
+pub use metrics::{MetricDef, MetricKind, Metrics, RestartReason, Snapshot, CATALOG};
 pub use progress::Progress;
 pub use role::Role;
 pub use status::{Status, Thresholds, Verdict};

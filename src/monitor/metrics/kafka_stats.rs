@@ -7,20 +7,20 @@ impl Metrics {
     /// Publishes librdkafka's statistics.
     pub fn kafka_statistics(&self, stats: &rdkafka::Statistics) {
         let i = &self.0;
-        i.producer_queue_messages.set(stats.msg_cnt as i64);
-        i.producer_queue_bytes.set(stats.msg_size as i64);
+        i.m.producer_queue_messages.set(stats.msg_cnt as i64);
+        i.m.producer_queue_bytes.set(stats.msg_size as i64);
         for b in stats.brokers.values() {
             // librdkafka's bootstrap placeholders have no node id and never carry traffic.
             if b.nodeid < 0 {
                 continue;
             }
             let broker = b.name.clone();
-            i.broker_up
+            i.m.broker_up
                 .get_or_create(&vec![("broker", broker.clone())])
                 .set(i64::from(b.state == "UP"));
             if let Some(rtt) = &b.rtt {
                 for (quantile, micros) in [("avg", rtt.avg), ("p99", rtt.p99)] {
-                    i.broker_rtt_seconds
+                    i.m.broker_rtt_seconds
                         .get_or_create(&vec![
                             ("broker", broker.clone()),
                             ("quantile", quantile.to_string()),

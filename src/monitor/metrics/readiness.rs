@@ -39,9 +39,9 @@ impl Metrics {
     }
     /// This instance's part: single, leader or standby (`instance`: its `[ha]` name).
     pub fn set_role(&self, role: Role, instance: Option<&str>) {
-        self.0.leader.set(i64::from(role != Role::Standby));
+        self.0.m.leader.set(i64::from(role != Role::Standby));
         if role != Role::Standby {
-            self.0.standby_ready.set(0);
+            self.0.m.standby_ready.set(0);
         }
         let mut state = self.0.state.lock().expect("metrics state");
         state.role.role = role;
@@ -56,7 +56,7 @@ impl Metrics {
     }
     /// A standby's check: `Ok` when it could take over, else why not.
     pub fn set_standby_check(&self, check: Result<(), String>) {
-        self.0.standby_ready.set(i64::from(check.is_ok()));
+        self.0.m.standby_ready.set(i64::from(check.is_ok()));
         self.0
             .state
             .lock()
@@ -66,15 +66,15 @@ impl Metrics {
     }
     /// The lock was taken and the stream connected `after` the assignment.
     pub fn took_over(&self, after: Duration) {
-        self.0.takeovers.inc();
-        self.0.takeover_seconds.set(after.as_secs_f64());
+        self.0.m.takeovers.inc();
+        self.0.m.takeover_seconds.set(after.as_secs_f64());
     }
     /// The leader lost the lock.
     pub fn lost_lock(&self) {
-        self.0.lock_losses.inc();
+        self.0.m.lock_losses.inc();
     }
     /// The producer was fenced.
     pub fn fenced(&self) {
-        self.0.fenced.inc();
+        self.0.m.fenced.inc();
     }
 }

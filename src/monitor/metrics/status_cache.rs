@@ -14,18 +14,20 @@ impl Metrics {
     }
     /// Records a durable checkpoint write.
     pub fn checkpoint_written(&self, checkpoint: &Checkpoint) {
-        self.0.checkpoint_writes.inc();
+        self.0.m.checkpoint_writes.inc();
         self.set_checkpoint(checkpoint);
     }
     /// Publishes the current durable checkpoint (e.g. the one found at start).
     pub fn set_checkpoint(&self, checkpoint: &Checkpoint) {
         self.0
+            .m
             .checkpoint_offset
             .set(checkpoint.position.offset as i64);
         self.0
+            .m
             .checkpoint_file_index
             .set(checkpoint.position.file.index() as i64);
-        self.0.checkpoint_age_seconds.set(0);
+        self.0.m.checkpoint_age_seconds.set(0);
         self.0.state.lock().expect("metrics state").checkpoint = Some(checkpoint.clone());
     }
     /// The last durable checkpoint.
@@ -40,17 +42,17 @@ impl Metrics {
     /// Publishes a freshly observed status in gauges and for `/status`.
     pub fn set_status(&self, status: &Status) {
         let i = &self.0;
-        i.lag_ms.set(status.lag_ms.unwrap_or(-1));
-        i.bytes_behind
+        i.m.lag_ms.set(status.lag_ms.unwrap_or(-1));
+        i.m.bytes_behind
             .set(status.bytes_behind.map_or(0, |b| b as i64));
-        i.runway_seconds.set(status.runway_secs.unwrap_or(-1));
-        i.retention_seconds
+        i.m.runway_seconds.set(status.runway_secs.unwrap_or(-1));
+        i.m.retention_seconds
             .set(status.retention_secs.unwrap_or(0) as i64);
         let retention_problem = usize::from(status.retention_problem.is_some());
-        i.settings_problems
+        i.m.settings_problems
             .set((status.server_settings.len() + retention_problem) as i64);
         if let Some(age) = status.checkpoint_age_secs {
-            i.checkpoint_age_seconds.set(age);
+            i.m.checkpoint_age_seconds.set(age);
         }
         i.state.lock().expect("metrics state").status = Some(status.clone());
     }
