@@ -1,5 +1,5 @@
-//! Process-wide metrics in a Prometheus registry; clones update the same values. The
-//! registry and the counters the stages bump live here; `/ready` and the instance's
+//! Process-wide metrics in a Prometheus registry; clones update the same values. Every
+//! metric is declared once in `catalog.rs`; the calls the stages make live here; `/ready` and the instance's
 //! role, the `/status` cache and librdkafka's statistics each in their own file.
 
 mod catalog;
