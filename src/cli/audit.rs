@@ -9,7 +9,7 @@ use outbox_router::ops::audit::{latest_per_replay, AuditTrail};
 
 /// One line per replay (its outcome), or every entry as JSON lines.
 pub(super) fn run(config: &Config, json: bool) -> Result<ExitCode> {
-    let entries = AuditTrail::new(config).read()?;
+    let entries = AuditTrail::new(&config.ops, &config.checkpoint).read()?;
     if json {
         for e in &entries {
             println!("{}", serde_json::to_string(e)?);

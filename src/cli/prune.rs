@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::args::PruneArgs;
 use outbox_router::config::Config;
-use outbox_router::ops::prune::{prune, PruneOptions};
+use outbox_router::ops::prune::{prune, PruneOptions, PruneSections};
 
 /// Prunes (or, dry, counts) and reports per table.
 pub(super) async fn run(config: &Config, args: PruneArgs) -> Result<ExitCode> {
@@ -26,7 +26,13 @@ pub(super) async fn run(config: &Config, args: PruneArgs) -> Result<ExitCode> {
     };
     let stop = CancellationToken::new();
     tokio::spawn(super::run::cancel_on_signal(stop.clone()));
-    let report = prune(config, &opts, &stop).await?;
+    let sections = PruneSections {
+        source: &config.source,
+        outbox: &config.outbox,
+        checkpoint: &config.checkpoint,
+        ops: &config.ops,
+    };
+    let report = prune(sections, &opts, &stop).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);

@@ -189,11 +189,7 @@ impl Config {
 impl Config {
     /// The outbox table names / patterns, compiled.
     pub fn table_patterns(&self) -> Vec<crate::pattern::Pattern> {
-        self.outbox
-            .tables
-            .iter()
-            .map(|t| crate::pattern::Pattern::new(t))
-            .collect()
+        self.outbox.table_patterns()
     }
 
     /// The event rules: Debezium options when given, else the native columns and topic.

@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Config;
+use crate::checkpoint::CheckpointConfig;
+use crate::config::OpsConfig;
 use crate::outbox::EventId;
 use crate::position::TableName;
 use crate::route::{EventRef, Record};
@@ -102,11 +103,11 @@ pub struct AuditTrail<'a> {
 }
 
 impl<'a> AuditTrail<'a> {
-    /// The trail `config` names.
-    pub fn new(config: &'a Config) -> Self {
+    /// The trail `ops` names (by default beside the checkpoint store).
+    pub fn new(ops: &'a OpsConfig, checkpoint: &CheckpointConfig) -> Self {
         Self {
-            path: config.ops.audit_file(&config.checkpoint.dir),
-            topic: config.ops.audit_topic.as_deref(),
+            path: ops.audit_file(&checkpoint.dir),
+            topic: ops.audit_topic.as_deref(),
         }
     }
 

@@ -20,9 +20,12 @@ use mysql_async::{Conn, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::OpsError;
+use crate::checkpoint::CheckpointConfig;
 use crate::checkpoint::{Checkpoint, CheckpointStore};
-use crate::config::Config;
+use crate::config::OpsConfig;
+use crate::outbox::OutboxConfig;
 use crate::position::{Position, TableName};
+use crate::source::SourceConfig;
 use crate::source::{self, server, SourceError};
 
 /// What to delete and how fast.
@@ -86,22 +89,41 @@ fn query_error(query: &'static str) -> impl Fn(mysql_async::Error) -> SourceErro
     move |source| SourceError::Query { query, source }
 }
 
+/// The sections of the configuration `prune` reads.
+#[derive(Clone, Copy)]
+pub struct PruneSections<'a> {
+    /// The server (prune connects as `ops.user`).
+    pub source: &'a SourceConfig,
+    /// Which tables are outboxes.
+    pub outbox: &'a OutboxConfig,
+    /// Where the durable checkpoint that proves delivery is.
+    pub checkpoint: &'a CheckpointConfig,
+    /// Prune's user and password.
+    pub ops: &'a OpsConfig,
+}
+
 /// Deletes provably delivered rows from every outbox table; see the module doc.
 pub async fn prune(
-    config: &Config,
+    sections: PruneSections<'_>,
     opts: &PruneOptions,
     stop: &CancellationToken,
 ) -> Result<PruneReport, OpsError> {
-    let user = config.ops.user.as_deref().ok_or(OpsError::NoPruneUser)?;
-    let mut conn = source::connect_as(&config.source, user, config.ops.password()?).await?;
+    let PruneSections {
+        source,
+        outbox,
+        checkpoint,
+        ops,
+    } = sections;
+    let user = ops.user.as_deref().ok_or(OpsError::NoPruneUser)?;
+    let mut conn = source::connect_as(source, user, ops.password()?).await?;
     let mut report = PruneReport {
         dry_run: opts.dry_run,
         ..Default::default()
     };
-    for table in server::matching_tables(&mut conn, &config.table_patterns()).await? {
+    for table in server::matching_tables(&mut conn, &outbox.table_patterns()).await? {
         let pk = primary_key(&mut conn, &table).await?;
         let mut pruner = TablePruner {
-            config,
+            checkpoint_dir: &checkpoint.dir,
             opts,
             table: &table,
             pk: &pk,
@@ -144,7 +166,7 @@ async fn primary_key(conn: &mut Conn, table: &TableName) -> Result<String, OpsEr
 
 /// One table's batches.
 struct TablePruner<'a> {
-    config: &'a Config,
+    checkpoint_dir: &'a std::path::Path,
     opts: &'a PruneOptions,
     table: &'a TableName,
     pk: &'a str,
@@ -198,7 +220,7 @@ impl TablePruner<'_> {
     }
 
     fn checkpoint(&self) -> Result<Checkpoint, OpsError> {
-        let dir = &self.config.checkpoint.dir;
+        let dir = self.checkpoint_dir;
         CheckpointStore::peek(dir)?.ok_or_else(|| OpsError::NoCheckpoint {
             dir: dir.display().to_string(),
         })

@@ -138,7 +138,7 @@ pub async fn replay(
         topics: Vec::new(),
     };
     let sink = table_sink(config, opts.dry_run).map_err(|e| OpsError::Pipeline(Box::new(e)))?;
-    let trail = AuditTrail::new(config);
+    let trail = AuditTrail::new(&config.ops, &config.checkpoint);
     if !opts.dry_run {
         trail.write(&entry, &sink).await?;
     }

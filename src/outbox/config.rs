@@ -27,6 +27,16 @@ pub struct OutboxConfig {
     pub event_router: Option<BTreeMap<String, String>>,
 }
 
+impl OutboxConfig {
+    /// The outbox table names / patterns, compiled.
+    pub fn table_patterns(&self) -> Vec<crate::pattern::Pattern> {
+        self.tables
+            .iter()
+            .map(|t| crate::pattern::Pattern::new(t))
+            .collect()
+    }
+}
+
 fn default_dead_letter_topic() -> String {
     "outbox.dead-letter".into()
 }
