@@ -13,7 +13,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use tokio::sync::Mutex;
 
 use crate::util::*;
-use crate::{check_stream_at, write_stream, TYPES};
+use crate::{write_stream, TYPES};
 
 /// The cluster tests stop and start nodes: one at a time.
 static CLUSTER: Mutex<()> = Mutex::const_new(());
@@ -136,7 +136,7 @@ async fn leaders_move(name: &str, delivery: Option<&str>) -> usize {
     let mut router = setup.start_router();
     write_stream(db.clone(), 0, 4, 50, 20).await;
     written += 4;
-    wait_for_count_at(BOOTSTRAP, &topics, 200, Duration::from_secs(60));
+    Kafka::at(BOOTSTRAP).wait_for_count(&topics, 200, Duration::from_secs(60));
     // The router created its topics with the rule's replication factor.
     let md = metadata_client()
         .fetch_metadata(Some(&topics[0]), Duration::from_secs(5))
@@ -178,9 +178,9 @@ async fn leaders_move(name: &str, delivery: Option<&str>) -> usize {
         );
     }
     let total = written * 50;
-    let log = drain_and_stop_at(BOOTSTRAP, &mut router, &topics, total);
+    let log = Kafka::at(BOOTSTRAP).drain_and_stop(&mut router, &topics, total);
     unproven_reports += unproven(&log);
-    let duplicates = check_stream_at(BOOTSTRAP, &topics, total);
+    let duplicates = Kafka::at(BOOTSTRAP).check_stream(&topics, total);
     println!(
         "cluster leader moves ({name}): cycles={} events={total} lost=0 duplicates={duplicates} unproven_deliveries={unproven_reports}",
         cycles()
@@ -203,9 +203,9 @@ async fn isr_below_min_insync_stalls_then_resumes() {
     let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
     let mut router = setup.start_router();
     write_stream(db.clone(), 0, 10, 30, 10).await;
-    wait_for_count_at(BOOTSTRAP, &topics, 300, Duration::from_secs(60));
+    Kafka::at(BOOTSTRAP).wait_for_count(&topics, 300, Duration::from_secs(60));
     all_nodes_up(&topics);
-    let before = count_at(BOOTSTRAP, &topics);
+    let before = Kafka::at(BOOTSTRAP).count(&topics);
     std::thread::sleep(Duration::from_millis(1000));
 
     node("stop", 2);
@@ -218,7 +218,7 @@ async fn isr_below_min_insync_stalls_then_resumes() {
         "router exited below min.insync.replicas:\n{}",
         router.log()
     );
-    let stalled = count_at(BOOTSTRAP, &topics);
+    let stalled = Kafka::at(BOOTSTRAP).count(&topics);
     // Partitions without a leader are not counted; none may have grown.
     assert!(
         stalled <= before,
@@ -229,8 +229,8 @@ async fn isr_below_min_insync_stalls_then_resumes() {
     router = setup.start_router();
     all_nodes_up(&topics);
     let total = 600;
-    let log = drain_and_stop_at(BOOTSTRAP, &mut router, &topics, total);
-    let duplicates = check_stream_at(BOOTSTRAP, &topics, total);
+    let log = Kafka::at(BOOTSTRAP).drain_and_stop(&mut router, &topics, total);
+    let duplicates = Kafka::at(BOOTSTRAP).check_stream(&topics, total);
     println!(
         "cluster ISR below min: events={total} lost=0 duplicates={duplicates} unproven_deliveries={}",
         unproven(&log)

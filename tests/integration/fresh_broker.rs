@@ -83,16 +83,12 @@ async fn acknowledged_events_are_in_a_fresh_broker() {
         // One round trip, as the demo's client sends them.
         conn.query_drop(statements.join("; ")).await.unwrap();
         conn.disconnect().await.unwrap();
-        wait_for_count_at(
-            &bootstrap,
-            &topics,
-            ids.len() as i64,
-            Duration::from_secs(20),
-        );
+        Kafka::at(&bootstrap).wait_for_count(&topics, ids.len() as i64, Duration::from_secs(20));
         std::thread::sleep(Duration::from_secs(1));
         router.stop(Duration::from_secs(30));
         let log = router.log();
-        let found: Vec<String> = read_all_at(&bootstrap, &topics)
+        let found: Vec<String> = Kafka::at(&bootstrap)
+            .read_all(&topics)
             .iter()
             .map(|m| m.id())
             .collect();

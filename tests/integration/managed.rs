@@ -116,8 +116,7 @@ async fn rds_retention_hours_govern_the_runway() {
 
     // Shorter than the operator's detection + repair budget: validate says so.
     root_sql("CALL mysql.rds_set_configuration('binlog retention hours', 1)");
-    // (extra_toml lands in the [monitor] section.)
-    setup.extra_toml = "detect_hours = 2\nrepair_hours = 4\n".into();
+    setup.monitor_toml = "detect_hours = 2\nrepair_hours = 4\n".into();
     let text = output(&setup.cli(&["validate"]));
     assert!(
         text.contains("FAIL  binlog retention: 1.0 h by Amazon RDS")

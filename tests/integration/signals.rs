@@ -34,7 +34,7 @@ async fn first_start_with_kafka_down_lags_is_in_flight_and_not_ready() {
     let db = setup.db.clone();
     setup.start = "latest".into();
     setup.kafka_bootstrap = broker.bootstrap();
-    setup.extra_toml = "ready_max_stall_secs = 4\n".into();
+    setup.monitor_toml = "ready_max_stall_secs = 4\n".into();
     let port = setup.monitor_port;
     let topics = vec![setup.topic("Order")];
     let mut router = setup.start_router();
@@ -101,7 +101,7 @@ async fn first_start_with_kafka_down_lags_is_in_flight_and_not_ready() {
 
     broker.services("up");
     assert_eq!(
-        wait_for_count_at(&broker.bootstrap(), &topics, 1, Duration::from_secs(90)),
+        Kafka::at(&broker.bootstrap()).wait_for_count(&topics, 1, Duration::from_secs(90)),
         1,
         "{}",
         router.log()

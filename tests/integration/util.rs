@@ -155,41 +155,185 @@ pub async fn fresh(name: &str) -> (Conn, RouterSetup) {
     (conn, setup)
 }
 
-/// Waits until the topics hold `total` events, then stops the router gracefully;
-/// returns its log.
-pub fn drain_and_stop(router: &mut RouterProcess, topics: &[String], total: usize) -> String {
-    drain_and_stop_at(&kafka_bootstrap(), router, topics, total)
+/// A Kafka cluster the tests read: the local broker (`Kafka::local()`, also behind the
+/// free functions below) or another one by its address (the 3-node cluster, a private
+/// broker).
+#[derive(Clone, Debug)]
+pub struct Kafka {
+    bootstrap: String,
 }
 
-/// `drain_and_stop` against the Kafka at `bootstrap` (the 3-node cluster).
-pub fn drain_and_stop_at(
-    bootstrap: &str,
-    router: &mut RouterProcess,
-    topics: &[String],
-    total: usize,
-) -> String {
-    let seen = wait_for_count_at(bootstrap, topics, total as i64, Duration::from_secs(120));
-    assert!(
-        seen >= total as i64,
-        "only {seen} of {total} events arrived:\n{}",
-        router.log()
-    );
-    // Re-sent records count too: wait until `total` distinct event ids are there, or a
-    // stop while the router still catches up reads as a loss.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let ids: std::collections::HashSet<String> =
-            read_all_at(bootstrap, topics).iter().map(Msg::id).collect();
-        if ids.len() >= total || Instant::now() > deadline {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(500));
+/// `Kafka::local().drain_and_stop(…)`.
+pub fn drain_and_stop(router: &mut RouterProcess, topics: &[String], total: usize) -> String {
+    Kafka::local().drain_and_stop(router, topics, total)
+}
+
+/// `Kafka::local().count(…)`.
+pub fn count(topics: &[String]) -> i64 {
+    Kafka::local().count(topics)
+}
+
+/// `Kafka::local().wait_for_count(…)`.
+pub fn wait_for_count(topics: &[String], n: i64, timeout: Duration) -> i64 {
+    Kafka::local().wait_for_count(topics, n, timeout)
+}
+
+/// `Kafka::local().read_all(…)`.
+pub fn read_all(topics: &[String]) -> Vec<Msg> {
+    Kafka::local().read_all(topics)
+}
+
+impl Kafka {
+    /// The single local broker most tests use.
+    pub fn local() -> Self {
+        Self::at(&kafka_bootstrap())
     }
-    std::thread::sleep(Duration::from_secs(1));
-    let status = router.stop(Duration::from_secs(30));
-    let log = router.log();
-    assert!(status.success(), "graceful stop failed ({status}):\n{log}");
-    log
+
+    /// The cluster at `bootstrap`.
+    pub fn at(bootstrap: &str) -> Self {
+        Self {
+            bootstrap: bootstrap.to_string(),
+        }
+    }
+
+    /// Waits until the topics hold `total` events, then stops the router gracefully;
+    /// returns its log.
+    pub fn drain_and_stop(
+        &self,
+        router: &mut RouterProcess,
+        topics: &[String],
+        total: usize,
+    ) -> String {
+        let seen = self.wait_for_count(topics, total as i64, Duration::from_secs(120));
+        assert!(
+            seen >= total as i64,
+            "only {seen} of {total} events arrived:\n{}",
+            router.log()
+        );
+        // Re-sent records count too: wait until `total` distinct event ids are there, or a
+        // stop while the router still catches up reads as a loss.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let ids: std::collections::HashSet<String> =
+                self.read_all(topics).iter().map(Msg::id).collect();
+            if ids.len() >= total || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        let status = router.stop(Duration::from_secs(30));
+        let log = router.log();
+        assert!(status.success(), "graceful stop failed ({status}):\n{log}");
+        log
+    }
+
+    /// Total messages now in the topics (0 for topics that do not exist yet).
+    pub fn count(&self, topics: &[String]) -> i64 {
+        let c = consumer(&self.bootstrap);
+        let mut total = 0;
+        for t in topics {
+            let Ok(md) = c.fetch_metadata(Some(t), Duration::from_secs(5)) else {
+                continue;
+            };
+            for topic in md.topics() {
+                if topic.error().is_some() {
+                    continue;
+                }
+                for p in topic.partitions() {
+                    if let Ok((lo, hi)) = c.fetch_watermarks(t, p.id(), Duration::from_secs(5)) {
+                        total += hi - lo;
+                    }
+                }
+            }
+        }
+        total
+    }
+
+    /// Waits until the topics hold at least `n` messages; returns the count seen.
+    pub fn wait_for_count(&self, topics: &[String], n: i64, timeout: Duration) -> i64 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let c = self.count(topics);
+            if c >= n || Instant::now() > deadline {
+                return c;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Every message now in the topics, in offset order per partition.
+    pub fn read_all(&self, topics: &[String]) -> Vec<Msg> {
+        let c = consumer(&self.bootstrap);
+        let mut tpl = TopicPartitionList::new();
+        let mut remaining: HashMap<(String, i32), i64> = HashMap::new();
+        for t in topics {
+            let Ok(md) = c.fetch_metadata(Some(t), Duration::from_secs(5)) else {
+                continue;
+            };
+            for topic in md.topics().iter().filter(|t| t.error().is_none()) {
+                for p in topic.partitions() {
+                    let (lo, hi) = watermarks(&c, t, p.id());
+                    if hi > lo {
+                        tpl.add_partition_offset(t, p.id(), Offset::Offset(lo))
+                            .unwrap();
+                        remaining.insert((t.clone(), p.id()), hi);
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        if remaining.is_empty() {
+            return out;
+        }
+        c.assign(&tpl).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !remaining.is_empty() && Instant::now() < deadline {
+            let Some(m) = c.poll(Duration::from_millis(500)) else {
+                continue;
+            };
+            let m = match m {
+                Ok(m) => m,
+                Err(rdkafka::error::KafkaError::PartitionEOF(_)) => {
+                    let positions = c.position().unwrap();
+                    for e in positions.elements() {
+                        let key = (e.topic().to_string(), e.partition());
+                        if let (Offset::Offset(at), Some(hi)) = (e.offset(), remaining.get(&key)) {
+                            if at >= *hi {
+                                remaining.remove(&key);
+                            }
+                        }
+                    }
+                    continue;
+                }
+                Err(e) => panic!("kafka read: {e}"),
+            };
+            let key = (m.topic().to_string(), m.partition());
+            let mut headers = HashMap::new();
+            if let Some(h) = m.headers() {
+                for hd in h.iter() {
+                    headers.insert(hd.key.to_string(), hd.value.unwrap_or_default().to_vec());
+                }
+            }
+            out.push(Msg {
+                topic: m.topic().to_string(),
+                partition: m.partition(),
+                offset: m.offset(),
+                key: m.key().unwrap_or_default().to_vec(),
+                payload: m.payload().map(<[u8]>::to_vec),
+                headers,
+                timestamp_ms: m.timestamp().to_millis(),
+            });
+            if remaining.get(&key).is_some_and(|hi| m.offset() + 1 >= *hi) {
+                remaining.remove(&key);
+            }
+        }
+        assert!(
+            remaining.is_empty(),
+            "could not read partitions {remaining:?} to their end"
+        );
+        out
+    }
 }
 
 /// One outbox row to insert.
@@ -247,6 +391,18 @@ pub async fn insert_in(tx: &mut mysql_async::Transaction<'_>, db: &str, events: 
     .unwrap();
 }
 
+/// Adds `extra` to `base`, table by table (a key in both: `extra`'s value).
+fn merge(base: &mut toml::Table, extra: toml::Table) {
+    for (key, value) in extra {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(inner)), toml::Value::Table(add)) => merge(inner, add),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
 /// Settings of one test's router.
 pub struct RouterSetup {
     pub dir: tempfile::TempDir,
@@ -263,8 +419,10 @@ pub struct RouterSetup {
     pub source_port: u16,
     /// librdkafka properties added to the router's producer.
     pub kafka_properties: Vec<(String, String)>,
-    /// Extra TOML appended to the generated config.
+    /// Extra TOML sections (`[delivery]`, `[ha]`, …) merged into the config.
     pub extra_toml: String,
+    /// Extra keys of the [monitor] section.
+    pub monitor_toml: String,
     /// Extra keys of the [outbox] section.
     pub outbox_toml: String,
     /// Extra keys of the [outbox.columns] section.
@@ -292,6 +450,7 @@ impl RouterSetup {
             source_port: mariadb_port(),
             kafka_properties: Vec::new(),
             extra_toml: String::new(),
+            monitor_toml: String::new(),
             outbox_toml: String::new(),
             columns_toml: String::new(),
             source_toml: String::new(),
@@ -317,82 +476,72 @@ impl RouterSetup {
         format!("{}.{agg_type}", self.topic_prefix)
     }
 
+    /// The router's configuration, built as a value and written as TOML; the `*_toml`
+    /// fields are merged into their sections.
     pub fn config_path(&self) -> PathBuf {
         let path = self.dir.path().join("router.toml");
-        let mut tables = vec![format!("\"{}.outbox\"", self.db)];
-        tables.extend(self.extra_tables.iter().map(|t| format!("\"{t}\"")));
-        let text = format!(
-            r#"
-[source]
-host = "127.0.0.1"
-port = {port}
-user = "cdc"
-password_env = "IT_CDC_PASSWORD"
-server_id = {server_id}
-start = "{start}"
-heartbeat_secs = 1
-{source_extra}
-
-[outbox]
-tables = [{tables}]
-{outbox_extra}
-
-[outbox.columns]
-event_id = "event_id"
-aggregate_type = "aggregate_type"
-aggregate_id = "aggregate_id"
-event_type = "event_type"
-payload = "payload"
-{columns_extra}
-
-[route]
-topic = "{prefix}.${{routedByValue}}"
-
-[kafka]
-bootstrap_servers = "{bootstrap}"
-[kafka.properties]
-"message.max.bytes" = "8000000"
-{kafka_properties}
-
-[checkpoint]
-dir = "{cp}"
-flush_interval_ms = {flush}
-
-[pipeline]
-max_in_flight = 5000
-shutdown_timeout_secs = 20
-{pipeline_extra}
-
-[monitor]
-listen = "{listen}"
-interval_secs = 1
-{extra}
-"#,
-            listen = if self.monitor_off {
-                "off".to_string()
-            } else {
-                format!("127.0.0.1:{}", self.monitor_port)
+        let mut tables = vec![format!("{}.outbox", self.db)];
+        tables.extend(self.extra_tables.iter().cloned());
+        let mut properties = serde_json::Map::new();
+        properties.insert("message.max.bytes".into(), "8000000".into());
+        for (k, v) in &self.kafka_properties {
+            properties.insert(k.clone(), v.clone().into());
+        }
+        let listen = if self.monitor_off {
+            "off".to_string()
+        } else {
+            format!("127.0.0.1:{}", self.monitor_port)
+        };
+        let config = serde_json::json!({
+            "source": {
+                "host": "127.0.0.1",
+                "port": self.source_port,
+                "user": "cdc",
+                "password_env": "IT_CDC_PASSWORD",
+                "server_id": self.server_id,
+                "start": self.start,
+                "heartbeat_secs": 1,
             },
-            outbox_extra = self.outbox_toml,
-            columns_extra = self.columns_toml,
-            source_extra = self.source_toml,
-            pipeline_extra = self.pipeline_toml,
-            kafka_properties = self
-                .kafka_properties
-                .iter()
-                .map(|(k, v)| format!("{k:?} = {v:?}\n"))
-                .collect::<String>(),
-            extra = self.extra_toml,
-            port = self.source_port,
-            server_id = self.server_id,
-            start = self.start,
-            tables = tables.join(", "),
-            prefix = self.topic_prefix,
-            bootstrap = self.kafka_bootstrap,
-            cp = self.dir.path().join("checkpoint").display(),
-            flush = self.flush_interval_ms,
-        );
-        std::fs::write(&path, text).unwrap();
+            "outbox": {
+                "tables": tables,
+                "columns": {
+                    "event_id": "event_id",
+                    "aggregate_type": "aggregate_type",
+                    "aggregate_id": "aggregate_id",
+                    "event_type": "event_type",
+                    "payload": "payload",
+                },
+            },
+            "route": { "topic": format!("{}.${{routedByValue}}", self.topic_prefix) },
+            "kafka": { "bootstrap_servers": self.kafka_bootstrap, "properties": properties },
+            "checkpoint": {
+                "dir": self.dir.path().join("checkpoint"),
+                "flush_interval_ms": self.flush_interval_ms,
+            },
+            "pipeline": { "max_in_flight": 5000, "shutdown_timeout_secs": 20 },
+            "monitor": { "listen": listen, "interval_secs": 1 },
+        });
+        let mut config: toml::Table = toml::Value::try_from(config).unwrap().try_into().unwrap();
+        for (section, extra) in [
+            (&["source"][..], &self.source_toml),
+            (&["outbox"], &self.outbox_toml),
+            (&["outbox", "columns"], &self.columns_toml),
+            (&["pipeline"], &self.pipeline_toml),
+            (&["monitor"], &self.monitor_toml),
+            (&[], &self.extra_toml),
+        ] {
+            let extra: toml::Table = toml::from_str(extra)
+                .unwrap_or_else(|e| panic!("the test's TOML for [{}]: {e}", section.join(".")));
+            let mut at = &mut config;
+            for key in section {
+                at = at
+                    .get_mut(*key)
+                    .and_then(toml::Value::as_table_mut)
+                    .unwrap();
+            }
+            merge(at, extra);
+        }
+        std::fs::write(&path, toml::to_string(&config).unwrap()).unwrap();
         path
     }
 
@@ -595,50 +744,6 @@ fn consumer(bootstrap: &str) -> BaseConsumer {
         .unwrap()
 }
 
-/// Total messages now in the topics (0 for topics that do not exist yet).
-pub fn count(topics: &[String]) -> i64 {
-    count_at(&kafka_bootstrap(), topics)
-}
-
-/// `count` on the Kafka at `bootstrap`.
-pub fn count_at(bootstrap: &str, topics: &[String]) -> i64 {
-    let c = consumer(bootstrap);
-    let mut total = 0;
-    for t in topics {
-        let Ok(md) = c.fetch_metadata(Some(t), Duration::from_secs(5)) else {
-            continue;
-        };
-        for topic in md.topics() {
-            if topic.error().is_some() {
-                continue;
-            }
-            for p in topic.partitions() {
-                if let Ok((lo, hi)) = c.fetch_watermarks(t, p.id(), Duration::from_secs(5)) {
-                    total += hi - lo;
-                }
-            }
-        }
-    }
-    total
-}
-
-/// Waits until the topics hold at least `n` messages; returns the count seen.
-pub fn wait_for_count(topics: &[String], n: i64, timeout: Duration) -> i64 {
-    wait_for_count_at(&kafka_bootstrap(), topics, n, timeout)
-}
-
-/// `wait_for_count` on the Kafka at `bootstrap`.
-pub fn wait_for_count_at(bootstrap: &str, topics: &[String], n: i64, timeout: Duration) -> i64 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let c = count_at(bootstrap, topics);
-        if c >= n || Instant::now() > deadline {
-            return c;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 /// A partition's watermarks, asked again while its leader is not answering yet (a
 /// topic the router just created, a loaded machine).
 fn watermarks(c: &BaseConsumer, topic: &str, partition: i32) -> (i64, i64) {
@@ -653,84 +758,6 @@ fn watermarks(c: &BaseConsumer, topic: &str, partition: i32) -> (i64, i64) {
             Err(e) => panic!("watermarks of {topic}/{partition}: {e}"),
         }
     }
-}
-
-/// Reads every message currently in the topics, in offset order per partition.
-pub fn read_all(topics: &[String]) -> Vec<Msg> {
-    read_all_at(&kafka_bootstrap(), topics)
-}
-
-/// `read_all` from the Kafka at `bootstrap`.
-pub fn read_all_at(bootstrap: &str, topics: &[String]) -> Vec<Msg> {
-    let c = consumer(bootstrap);
-    let mut tpl = TopicPartitionList::new();
-    let mut remaining: HashMap<(String, i32), i64> = HashMap::new();
-    for t in topics {
-        let Ok(md) = c.fetch_metadata(Some(t), Duration::from_secs(5)) else {
-            continue;
-        };
-        for topic in md.topics().iter().filter(|t| t.error().is_none()) {
-            for p in topic.partitions() {
-                let (lo, hi) = watermarks(&c, t, p.id());
-                if hi > lo {
-                    tpl.add_partition_offset(t, p.id(), Offset::Offset(lo))
-                        .unwrap();
-                    remaining.insert((t.clone(), p.id()), hi);
-                }
-            }
-        }
-    }
-    let mut out = Vec::new();
-    if remaining.is_empty() {
-        return out;
-    }
-    c.assign(&tpl).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !remaining.is_empty() && Instant::now() < deadline {
-        let Some(m) = c.poll(Duration::from_millis(500)) else {
-            continue;
-        };
-        let m = match m {
-            Ok(m) => m,
-            Err(rdkafka::error::KafkaError::PartitionEOF(_)) => {
-                let positions = c.position().unwrap();
-                for e in positions.elements() {
-                    let key = (e.topic().to_string(), e.partition());
-                    if let (Offset::Offset(at), Some(hi)) = (e.offset(), remaining.get(&key)) {
-                        if at >= *hi {
-                            remaining.remove(&key);
-                        }
-                    }
-                }
-                continue;
-            }
-            Err(e) => panic!("kafka read: {e}"),
-        };
-        let key = (m.topic().to_string(), m.partition());
-        let mut headers = HashMap::new();
-        if let Some(h) = m.headers() {
-            for hd in h.iter() {
-                headers.insert(hd.key.to_string(), hd.value.unwrap_or_default().to_vec());
-            }
-        }
-        out.push(Msg {
-            topic: m.topic().to_string(),
-            partition: m.partition(),
-            offset: m.offset(),
-            key: m.key().unwrap_or_default().to_vec(),
-            payload: m.payload().map(<[u8]>::to_vec),
-            headers,
-            timestamp_ms: m.timestamp().to_millis(),
-        });
-        if remaining.get(&key).is_some_and(|hi| m.offset() + 1 >= *hi) {
-            remaining.remove(&key);
-        }
-    }
-    assert!(
-        remaining.is_empty(),
-        "could not read partitions {remaining:?} to their end"
-    );
-    out
 }
 
 /// GET on the router's monitoring endpoint: (status code, body).
