@@ -3,9 +3,13 @@
 //! so the checkpoint, the monitor and the router need not import the source.
 
 mod binlog;
+mod file;
+mod gtid;
 mod mysql_gtid;
 mod table;
 
-pub use binlog::{BinlogFile, GtidState, MariaGtid, MariaGtidState, Position, PositionError};
+pub use binlog::{Position, PositionError};
+pub use file::BinlogFile;
+pub use gtid::{GtidState, MariaGtid, MariaGtidState};
 pub use mysql_gtid::MySqlGtidSet;
 pub use table::TableName;
