@@ -145,6 +145,7 @@ async fn check_server(conn: &mut mysql_async::Conn, config: &Config, out: &mut V
         Err(e) => out.push(Finding::fail("server_id", e.to_string(), "")),
     }
     check_retention(conn, config, out).await;
+    check_archive(conn, config, out).await;
     // MariaDB only; the router decodes compressed events, so this is information.
     if let Ok(Some(on)) = server::variable(conn, "log_bin_compress").await {
         let on = on == "1" || on.eq_ignore_ascii_case("ON");
@@ -276,6 +277,61 @@ async fn check_table(
 
 /// The retention that governs the server (a managed platform's own setting where it has
 /// one) against the operator's detection + repair budget.
+/// `source.archive_dir`: which files it holds, and whether they reach the server's oldest
+/// file without a gap (else a purge past the checkpoint cannot be bridged from it).
+async fn check_archive(conn: &mut mysql_async::Conn, config: &Config, out: &mut Vec<Finding>) {
+    const CHECK: &str = "binlog archive";
+    let Some(dir) = &config.source.archive_dir else {
+        return;
+    };
+    let Ok(Some(oldest)) = server::binary_logs(conn)
+        .await
+        .map(|l| l.into_iter().next())
+    else {
+        return;
+    };
+    let archive = match source::Archive::open(dir, &oldest.file) {
+        Ok(a) => a,
+        Err(e) => {
+            return out.push(Finding::fail(
+                CHECK,
+                e.to_string(),
+                "check source.archive_dir",
+            ))
+        }
+    };
+    let Some((first, last, missing)) = archive.span() else {
+        return out.push(Finding::warn(
+            CHECK,
+            format!("{} holds no {}.* files", dir.display(), oldest.file.base()),
+            "copy the server's binlog files there (or run mariadb-binlog --raw --stop-never into it)",
+        ));
+    };
+    let reaches = last.index() + 1 >= oldest.file.index();
+    let detail = format!(
+        "{} holds {first} to {last}; the server's oldest is {}",
+        dir.display(),
+        oldest.file
+    );
+    if !missing.is_empty() || !reaches {
+        let gap = if reaches {
+            format!(
+                "missing: {}",
+                missing
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        } else {
+            format!("nothing between {last} and {}", oldest.file)
+        };
+        out.push(Finding::warn(CHECK, format!("{detail}; {gap}"), "a purge past the checkpoint can only be bridged by a complete range: keep copying every file"));
+    } else {
+        out.push(Finding::ok(CHECK, detail));
+    }
+}
+
 async fn check_retention(conn: &mut mysql_async::Conn, config: &Config, out: &mut Vec<Finding>) {
     const CHECK: &str = "binlog retention";
     let retention = match crate::monitor::retention::retention(conn).await {

@@ -270,25 +270,46 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     };
     let checkpoint = start::start_position(config, store, &mut conn, flavor, &sink).await?;
     metrics.set_checkpoint(&checkpoint);
-    let start = &checkpoint.position;
-    let by_gtid = start::resume_by_gtid(config, &mut conn, flavor, start).await?;
     let server_id = server::server_id(&mut conn).await?;
+    let archived = start::archived_range(config, &mut conn, &checkpoint, server_id).await?;
+    let by_gtid = match archived {
+        // Archived files are read by file position, and the server after them too.
+        Some(_) => false,
+        None => start::resume_by_gtid(config, &mut conn, flavor, &checkpoint.position).await?,
+    };
     if !by_gtid {
         start::refuse_other_servers_file(&checkpoint, server_id)?;
     }
     // Every checkpoint from here on points into this server's binlog.
     let checkpoint = checkpoint.on_server(server_id);
     let start = &checkpoint.position;
-    let reader = BinlogReader::start(
-        conn,
-        flavor,
-        config.source.server_id,
-        start.clone(),
-        by_gtid,
-        &tables,
-        config.source.heartbeat(),
-    )
-    .await?
+    let reader = match archived {
+        Some(range) => {
+            BinlogReader::from_archive(
+                conn,
+                flavor,
+                config.source.server_id,
+                start.clone(),
+                range.files,
+                range.server_from,
+                &tables,
+                config.source.heartbeat(),
+            )
+            .await?
+        }
+        None => {
+            BinlogReader::start(
+                conn,
+                flavor,
+                config.source.server_id,
+                start.clone(),
+                by_gtid,
+                &tables,
+                config.source.heartbeat(),
+            )
+            .await?
+        }
+    }
     .with_max_transaction_bytes(config.source.max_transaction_bytes)
     .with_delivered_through(checkpoint.delivered_through.clone());
     metrics.set_connected(true);

@@ -1,16 +1,18 @@
 //! Where a run starts: the checkpoint, else the first start's position (recorded at
 //! once), whether to resume by GTID, and the checks that must pass before streaming.
 
+use std::path::PathBuf;
+
 use tracing::{info, warn};
 
 use super::PipelineError;
 use crate::checkpoint::{Checkpoint, CheckpointStore};
 use crate::config::Config;
 use crate::monitor::Metrics;
-use crate::position::Position;
+use crate::position::{BinlogFile, Position};
 use crate::sink::Sink;
 use crate::source::server;
-use crate::source::{ResumeBy, SnapshotMode, StartFrom};
+use crate::source::{Archive, ResumeBy, SnapshotMode, StartFrom};
 
 /// Where to start: the checkpoint, else the initial snapshot or `source.start` (stored
 /// at once, so a crash before the first delivery cannot move a `latest` start past
@@ -141,6 +143,56 @@ pub async fn resume_by_gtid(
         server::ensure_available(conn, start).await?;
     }
     Ok(by_gtid)
+}
+
+/// Archived binlog files to read before the server's stream, and where the server takes
+/// over.
+pub(super) struct ArchivedRange {
+    /// From the checkpoint's file up to the server's oldest, each present.
+    pub files: Vec<(BinlogFile, PathBuf)>,
+    /// The oldest file the server holds: streaming continues at its start.
+    pub server_from: BinlogFile,
+}
+
+/// When the server purged the checkpoint's binlog file and `source.archive_dir` holds it:
+/// the files to read from there. `None` when the server still has the file, no archive
+/// is configured, or the checkpoint points into another server's binlog (a failover:
+/// GTIDs find the place there).
+pub(super) async fn archived_range(
+    config: &Config,
+    conn: &mut mysql_async::Conn,
+    checkpoint: &Checkpoint,
+    server_id: u32,
+) -> Result<Option<ArchivedRange>, PipelineError> {
+    let Some(dir) = &config.source.archive_dir else {
+        return Ok(None);
+    };
+    if checkpoint
+        .server_id
+        .is_some_and(|theirs| theirs != server_id)
+    {
+        return Ok(None);
+    }
+    let needed = &checkpoint.position.file;
+    let logs = server::binary_logs(conn).await?;
+    let Some(oldest) = logs.first() else {
+        return Ok(None);
+    };
+    if logs.iter().any(|l| &l.file == needed) || oldest.file.base() != needed.base() {
+        return Ok(None);
+    }
+    let archive = Archive::open(dir, needed)?;
+    // A checkpoint from before server ids were recorded: only files the archive has
+    // make it this server's history.
+    if checkpoint.server_id.is_none() && !archive.holds(needed) {
+        return Ok(None);
+    }
+    let files = archive.range(needed, &oldest.file)?;
+    info!(checkpoint = %checkpoint.position, archive = %dir.display(), files = files.len(), server_from = %oldest.file, "the server purged the checkpoint's binlog: reading it from the archive");
+    Ok(Some(ArchivedRange {
+        files,
+        server_from: oldest.file.clone(),
+    }))
 }
 
 /// A resume by file position is only one on the server whose binlog the checkpoint

@@ -51,6 +51,16 @@ impl BinlogFile {
     pub fn index(&self) -> u64 {
         self.index
     }
+
+    /// The file of the same base name with suffix `index`, zero-padded as this one is
+    /// (`mysql-bin.000003` → `mysql-bin.000005`).
+    pub fn with_index(&self, index: u64) -> BinlogFile {
+        let width = self.name.len() - self.base().len() - 1;
+        Self {
+            name: format!("{}.{index:0width$}", self.base()),
+            index,
+        }
+    }
 }
 
 impl PartialOrd for BinlogFile {

@@ -62,6 +62,14 @@ pub struct SourceConfig {
     /// for the rows past a polling relay's handover watermark).
     #[serde(default)]
     pub snapshot: SnapshotMode,
+    /// Directory of archived binlog files: copies of the server's own files, or a
+    /// `mariadb-binlog --read-from-remote-server --raw` / `mysqlbinlog --raw` backup.
+    /// When the server has purged the binlog the checkpoint needs, the router reads that
+    /// range from here (every file of it, whole, or it stops naming what is missing) and
+    /// then streams on from the oldest file the server holds. Unset: a purge stops the
+    /// router (exit 3) and `recover` re-publishes from the outbox table.
+    #[serde(default)]
+    pub archive_dir: Option<PathBuf>,
     /// Columns that order rows read from the table (snapshot, `recover`), so each
     /// aggregate's events go out in commit order, e.g. `["created_at", "seq"]`. Default:
     /// the timestamp column if mapped, else the table's own order (primary key).

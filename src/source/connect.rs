@@ -37,7 +37,7 @@ pub enum SourceError {
     ReadTimeout { position: String, secs: u64 },
     #[error("cannot decode binlog event at {position}: {reason}")]
     Decode { position: String, reason: String },
-    #[error("binlog position {needed} is no longer on the server (oldest binlog it has: {oldest}); the events after it were purged before the router read them; recover them from the outbox table, keeping their event ids: outbox-router -c CONFIG recover (then start the router again); never jump the checkpoint forward by hand: that skips events")]
+    #[error("binlog position {needed} is no longer on the server (oldest binlog it has: {oldest}); the events after it were purged before the router read them; if copies of the binlog files are kept (a backup, `mariadb-binlog --raw`), set source.archive_dir to their directory and start again; else recover them from the outbox table, keeping their event ids: outbox-router -c CONFIG recover (then start the router again); never jump the checkpoint forward by hand: that skips events")]
     Purged { needed: String, oldest: String },
     #[error("binlog event at {position} cannot be accounted for: {reason}; the router stops rather than risk skipping outbox rows; check the server's settings (`outbox-router validate`); after deciding it holds no outbox rows, move past it with `checkpoint set`")]
     Unaccountable { position: String, reason: String },
@@ -76,6 +76,23 @@ pub enum SourceError {
         file: String,
         size: u64,
     },
+    #[error("the binlog archive {dir} lacks {missing}, part of the range the router needs from it ({needed}; the server purged those files): put the file there (from the backup that should hold it) and start again; without it, recover the rows from the outbox table (`outbox-router recover`)")]
+    ArchiveIncomplete {
+        dir: std::path::PathBuf,
+        missing: String,
+        needed: String,
+    },
+    #[error("archived binlog file {file} is damaged at offset {offset}: {reason}. The router stops rather than skip what it holds: put an intact copy there and start again; without one, recover the rows from the outbox table (`outbox-router recover`)")]
+    ArchiveDamaged {
+        file: std::path::PathBuf,
+        offset: u64,
+        reason: String,
+    },
+    #[error("cannot read the binlog archive at {path}: {source}")]
+    ArchiveRead {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("server answered unexpectedly: {0}")]
     Unexpected(String),
     #[error(transparent)]
@@ -103,6 +120,9 @@ impl SourceError {
             | SourceError::Refused { .. }
             | SourceError::Purged { .. }
             | SourceError::ForeignPosition { .. }
+            | SourceError::ArchiveIncomplete { .. }
+            | SourceError::ArchiveDamaged { .. }
+            | SourceError::ArchiveRead { .. }
             | SourceError::Unexpected(_)
             | SourceError::Password(_) => false,
         }

@@ -1,6 +1,7 @@
 //! Source stage: connect to the server as a replica, stream the binlog, and cut it into
 //! committed transactions that each carry the position just past their last event.
 
+mod archive;
 mod boundary;
 mod config;
 mod connect;
@@ -11,6 +12,7 @@ pub mod server;
 pub mod snapshot;
 mod transaction;
 
+pub use archive::Archive;
 pub use boundary::{
     classify, statement_tables, Boundaries, Event as BoundaryEvent, Statement, Step, Xid,
 };

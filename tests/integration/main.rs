@@ -1,6 +1,7 @@
 //! End-to-end tests against the real local MariaDB and Kafka (`scripts/services up`).
 //! Each test has its own database, topics, replica server id and checkpoint store.
 
+mod archive;
 mod avro;
 mod bad_input;
 mod binlog_shapes;

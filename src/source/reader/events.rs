@@ -1,33 +1,76 @@
 //! Where the reader's events come from: the server's replication stream, requested as a
-//! replica from a position, or (in unit tests) binlog files real servers wrote.
+//! replica from a position, or archived binlog files (`source::archive`) and then the
+//! server from the oldest file it holds.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::StreamExt;
-use mysql_async::binlog::events::Event;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
 
 use super::BinlogReader;
 use crate::pattern::Pattern;
+use crate::source::archive::{ArchiveEvents, BinlogItem};
 use crate::source::server::Flavor;
-use crate::source::{GtidState, Position, SourceError};
+use crate::source::{BinlogFile, GtidState, Position, SourceError};
 
 /// Where events come from.
 pub(super) enum EventSource {
     /// The server's replication stream.
     Server(BinlogStream),
-    /// Events read from a binlog file (unit tests: real servers' bytes).
-    #[cfg(test)]
-    Recorded(std::vec::IntoIter<std::io::Result<Event>>),
+    /// Archived binlog files, then (when given) the server from the oldest file it holds.
+    Archive {
+        events: Box<ArchiveEvents>,
+        then: Option<Handover>,
+    },
+}
+
+/// The server's stream after an archive: requested on a prepared replica connection at
+/// the start of the oldest file the server holds.
+pub(super) struct Handover {
+    conn: Conn,
+    server_id: u32,
+    file: BinlogFile,
 }
 
 impl EventSource {
-    pub(super) async fn next(&mut self) -> Option<Result<Event, mysql_async::Error>> {
+    /// The next item; `at` names the position in errors.
+    pub(super) async fn next(&mut self, at: &Position) -> Option<Result<BinlogItem, SourceError>> {
         match self {
-            EventSource::Server(stream) => stream.next().await,
-            #[cfg(test)]
-            EventSource::Recorded(events) => events.next().map(|e| e.map_err(Into::into)),
+            EventSource::Server(stream) => Some(
+                stream
+                    .next()
+                    .await?
+                    .map(BinlogItem::Event)
+                    .map_err(|e| SourceError::stream(at, e)),
+            ),
+            EventSource::Archive { events, then } => {
+                if let Some(item) = events.next() {
+                    return Some(item);
+                }
+                let Handover {
+                    conn,
+                    server_id,
+                    file,
+                } = then.take()?;
+                let from = Position {
+                    file: file.clone(),
+                    offset: 4,
+                    gtid: at.gtid.clone(),
+                };
+                tracing::info!(archive_read_to = %at, server_from = %from, "archived binlog read: the server streams on from the oldest file it holds");
+                let request = BinlogStreamRequest::new(server_id)
+                    .with_filename(file.name().as_bytes())
+                    .with_pos(4);
+                match conn.get_binlog_stream(request).await {
+                    Ok(stream) => {
+                        *self = EventSource::Server(stream);
+                        Some(Ok(BinlogItem::ServerStream))
+                    }
+                    Err(e) => Some(Err(SourceError::stream(&from, e))),
+                }
+            }
         }
     }
 }
@@ -45,14 +88,7 @@ impl BinlogReader {
         watched: &[Pattern],
         heartbeat: Duration,
     ) -> Result<Self, SourceError> {
-        let checksum = crate::source::server::variable(&mut conn, "binlog_checksum").await?;
-        let checksums_on = !checksum.unwrap_or_default().eq_ignore_ascii_case("NONE");
-        if flavor == Flavor::MariaDb {
-            // Without it the server rewrites GTID events as `BEGIN` queries.
-            exec(&mut conn, "SET @mariadb_slave_capability=4").await?;
-        }
-        let period_ns = heartbeat.as_nanos().min(u64::MAX as u128) as u64;
-        set_variable(&mut conn, "SET @master_heartbeat_period", period_ns).await?;
+        let checksums_on = prepare(&mut conn, flavor, heartbeat).await?;
         let by_gtid = by_gtid && !start.gtid.is_empty();
         let request = match (&start.gtid, by_gtid) {
             (GtidState::MariaDb(state), true) => {
@@ -88,6 +124,54 @@ impl BinlogReader {
             checksums_on,
         ))
     }
+
+    /// Reads `files` (archived, see `source::archive`) from `start`, then streams from
+    /// the server at the start of `server_from`, the oldest file it holds, by file
+    /// position, as a replica with `server_id`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn from_archive(
+        mut conn: Conn,
+        flavor: Flavor,
+        server_id: u32,
+        start: Position,
+        files: Vec<(BinlogFile, PathBuf)>,
+        server_from: BinlogFile,
+        watched: &[Pattern],
+        heartbeat: Duration,
+    ) -> Result<Self, SourceError> {
+        let checksums_on = prepare(&mut conn, flavor, heartbeat).await?;
+        let events = Box::new(ArchiveEvents::new(files, start.clone(), true));
+        let then = Some(Handover {
+            conn,
+            server_id,
+            file: server_from,
+        });
+        Ok(Self::reading(
+            EventSource::Archive { events, then },
+            start,
+            watched,
+            heartbeat,
+            false,
+            checksums_on,
+        ))
+    }
+}
+
+/// Readies `conn` to be a replica: MariaDB's GTID events, heartbeats. Returns whether
+/// the server's events carry checksums.
+async fn prepare(
+    conn: &mut Conn,
+    flavor: Flavor,
+    heartbeat: Duration,
+) -> Result<bool, SourceError> {
+    let checksum = crate::source::server::variable(conn, "binlog_checksum").await?;
+    if flavor == Flavor::MariaDb {
+        // Without it the server rewrites GTID events as `BEGIN` queries.
+        exec(conn, "SET @mariadb_slave_capability=4").await?;
+    }
+    let period_ns = heartbeat.as_nanos().min(u64::MAX as u128) as u64;
+    set_variable(conn, "SET @master_heartbeat_period", period_ns).await?;
+    Ok(!checksum.unwrap_or_default().eq_ignore_ascii_case("NONE"))
 }
 
 /// `SET @variable=value` (`statement` without the value) with a value known only at run

@@ -18,12 +18,14 @@ use std::time::Duration;
 use mysql_async::binlog::events::{Event, EventData, TransactionPayloadEvent};
 use mysql_async::binlog::EventType;
 
+use super::archive::BinlogItem;
 use super::boundary::{Boundaries, Event as Boundary, Step};
 use super::mariadb;
 use super::{BinlogFile, GtidState, Position, RowChange, SourceError, Transaction};
 use crate::pattern::Pattern;
 use events::EventSource;
 use group::{GroupSize, PreparedXa};
+pub(in crate::source) use payload::check as check_payload;
 use tables::MappedTable;
 
 /// Reads committed transactions from a binlog stream.
@@ -120,7 +122,8 @@ impl BinlogReader {
     /// Waits for the next committed transaction.
     pub async fn next_transaction(&mut self) -> Result<Transaction, SourceError> {
         loop {
-            let event = match tokio::time::timeout(self.read_timeout, self.stream.next()).await {
+            let next = tokio::time::timeout(self.read_timeout, self.stream.next(&self.at)).await;
+            let item = match next {
                 Err(_) => {
                     return Err(SourceError::ReadTimeout {
                         position: self.at.to_string(),
@@ -132,13 +135,42 @@ impl BinlogReader {
                         position: self.at.to_string(),
                     })
                 }
-                Ok(Some(Err(e))) => return Err(SourceError::stream(&self.at, e)),
-                Ok(Some(Ok(event))) => event,
+                Ok(Some(item)) => item?,
             };
-            if let Some(txn) = self.handle(event)? {
+            let done = match item {
+                BinlogItem::Event(event) => self.handle(event)?,
+                BinlogItem::NewFile(file) => {
+                    self.new_file(file)?;
+                    None
+                }
+                BinlogItem::ServerStream => {
+                    self.seen_format_description = false;
+                    None
+                }
+            };
+            if let Some(txn) = done {
                 return Ok(txn);
             }
         }
+    }
+
+    /// An archived file begins: files end between transactions, so the position moves
+    /// to its start as at a rotation (a file that ended with STOP named no successor).
+    fn new_file(&mut self, file: BinlogFile) -> Result<(), SourceError> {
+        if self.boundaries.in_group() || !self.changes.is_empty() {
+            return Err(SourceError::Unaccountable {
+                position: self.at.to_string(),
+                reason: format!(
+                    "archived binlog file {} ends inside a transaction",
+                    self.at.file
+                ),
+            });
+        }
+        if file != self.at.file {
+            self.at.file = file;
+            self.at.offset = 4;
+        }
+        Ok(())
     }
 
     fn decode_error(&self, event_end: u64, reason: impl ToString) -> SourceError {

@@ -5,7 +5,7 @@ use mysql_async::binlog::events::TransactionPayloadEvent;
 /// Decompresses a MySQL transaction payload as a stream, counting (not keeping) its
 /// bytes: an error, or a size other than its header's, means mysql_async produced no
 /// events (or not all of them) from it.
-pub(super) fn check(payload: &TransactionPayloadEvent<'_>) -> Result<(), String> {
+pub(in crate::source) fn check(payload: &TransactionPayloadEvent<'_>) -> Result<(), String> {
     let mut reader = payload
         .decompressed()
         .map_err(|e| format!("does not decompress: {e}"))?;
