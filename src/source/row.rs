@@ -213,7 +213,9 @@ pub struct Rows {
 /// table reads' time zone): mysql_common hands it over as epoch seconds, an integer
 /// (TIMESTAMP) or text with microseconds (TIMESTAMP2), which no later stage can tell
 /// from a number column.
-fn timestamp_as_utc(value: BinlogValue<'static>) -> io::Result<BinlogValue<'static>> {
+pub(in crate::source) fn timestamp_as_utc(
+    value: BinlogValue<'static>,
+) -> io::Result<BinlogValue<'static>> {
     let (secs, micros) = match &value {
         BinlogValue::Value(Value::Int(s)) => (*s, 0),
         BinlogValue::Value(Value::Bytes(text)) => {
