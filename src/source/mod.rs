@@ -5,6 +5,8 @@ mod archive;
 mod boundary;
 mod config;
 mod connect;
+#[doc(hidden)]
+pub mod fuzzing;
 mod mariadb;
 mod reader;
 mod row;

@@ -125,6 +125,18 @@ impl BinlogReader {
         ))
     }
 
+    /// Reads archived `events` from `start` and stops at their end (no server after
+    /// them): tests and the fuzz target.
+    pub(in crate::source) fn from_events(
+        events: ArchiveEvents,
+        start: Position,
+        watched: &[Pattern],
+    ) -> Self {
+        let events = Box::new(events);
+        let source = EventSource::Archive { events, then: None };
+        Self::reading(source, start, watched, Duration::from_secs(1), false, false)
+    }
+
     /// Reads `files` (archived, see `source::archive`) from `start`, then streams from
     /// the server at the start of `server_from`, the oldest file it holds, by file
     /// position, as a replica with `server_id`.
