@@ -17,7 +17,10 @@ use cli::args::{Cli, LogFormat};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     // Reads FAILPOINTS in test builds (feature `failpoints`); nothing otherwise.
     let _failpoints = fail::FailScenario::setup();
     init_logging(cli.log_format);
@@ -37,6 +40,18 @@ fn main() -> ExitCode {
             eprintln!("outbox-router: error: {}", cause_chain(&e));
             cli::exit_code_of(&e)
         }
+    }
+}
+
+/// Help and version go to stdout (exit 0); a usage error to stderr with exit 64
+/// (sysexits' EX_USAGE), never 2, which `status` uses for CRITICAL as monitoring plugins
+/// expect.
+fn usage_error(e: clap::Error) -> ExitCode {
+    let _ = e.print();
+    if e.use_stderr() {
+        ExitCode::from(cli::EXIT_USAGE)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

@@ -109,6 +109,15 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: CheckpointAction,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell); no config
+    /// needed, e.g. `outbox-router completions bash > /etc/bash_completion.d/outbox-router`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), generated from these definitions; no config needed,
+    /// e.g. `outbox-router man > /usr/local/share/man/man1/outbox-router.1`.
+    Man,
 }
 
 #[derive(Clone, Copy, ValueEnum)]

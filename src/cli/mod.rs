@@ -6,12 +6,14 @@
 //! |---|---|
 //! | 0 | success (`status`: ok) |
 //! | 1 | error, printed once with its cause chain (`status`: warning) |
-//! | 2 | usage error (clap) (`status`: critical) |
-//! | 3 | `run`: the checkpoint's binlog was purged, run `recover` (`status`: unknown) |
+//! | 2 | `status`: critical |
+//! | 3 | `run`: the checkpoint's binlog was purged, run `recover` or set `source.archive_dir` (`status`: unknown) |
+//! | 64 | usage error: unknown flag, missing argument (sysexits' EX_USAGE) |
 
 pub(crate) mod args;
 mod audit;
 mod checkpoint;
+mod docs;
 mod import;
 mod prune;
 mod reconcile;
@@ -30,6 +32,8 @@ use args::{Cli, Command};
 use outbox_router::config::Config;
 use outbox_router::pipeline::PipelineError;
 
+/// A usage error (sysexits' EX_USAGE): not 2, which `status` uses for CRITICAL.
+pub(crate) const EXIT_USAGE: u8 = 64;
 /// `run`: the checkpoint's binlog file is gone from the server.
 const EXIT_PURGED: u8 = 3;
 /// `status`: it cannot tell (Nagios UNKNOWN).
@@ -37,13 +41,15 @@ const EXIT_UNKNOWN: u8 = 3;
 
 /// Runs the command.
 pub(crate) async fn dispatch(cli: Cli) -> Result<ExitCode> {
-    if let Command::ImportDebezium {
-        file,
-        offsets: None,
-        ..
-    } = &cli.command
-    {
-        return import::run(file);
+    match &cli.command {
+        Command::ImportDebezium {
+            file,
+            offsets: None,
+            ..
+        } => return import::run(file),
+        Command::Completions { shell } => return docs::completions(*shell),
+        Command::Man => return docs::man(),
+        _ => {}
     }
     let config = Config::load(&cli.config)?;
     match cli.command {
@@ -71,6 +77,7 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Audit { json } => audit::run(&config, json),
         Command::Reconcile(args) => reconcile::run(&cli.config, config, args).await,
         Command::Checkpoint { action } => checkpoint::run(&config, action).await,
+        Command::Completions { .. } | Command::Man => unreachable!("answered above"),
     }
 }
 

@@ -12,7 +12,9 @@ mod watch;
 
 pub use config::MonitorConfig;
 pub use http::serve;
-pub use metrics::{MetricDef, MetricKind, Metrics, RestartReason, Snapshot, CATALOG};
+pub use metrics::{
+    MetricDef, MetricKind, Metrics, RestartReason, Snapshot, ABSENT_WHILE_UNKNOWN, CATALOG,
+};
 pub use progress::Progress;
 pub use role::Role;
 pub use status::{Status, Thresholds, Verdict};

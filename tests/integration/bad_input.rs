@@ -308,3 +308,46 @@ async fn config_errors_name_file_line_and_fix() {
         "{err}"
     );
 }
+
+/// A usage error exits 64 (EX_USAGE), never 2, which `status` keeps for CRITICAL as
+/// monitoring plugins read it; help still exits 0.
+#[test]
+fn usage_errors_exit_64_and_help_0() {
+    let bad = std::process::Command::new(router_bin())
+        .args(["--config", "x.toml", "status", "--no-such-flag"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(64), "{bad:?}");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--no-such-flag"));
+    let help = std::process::Command::new(router_bin())
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert_eq!(help.status.code(), Some(0), "{help:?}");
+}
+
+/// Shell completions and the man page come from the clap definitions, without a config.
+#[test]
+fn completions_and_man_page_are_generated() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(router_bin())
+            .args(args)
+            .env_remove("OUTBOX_ROUTER_CONFIG")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let bash = run(&["completions", "bash"]);
+    assert!(
+        bash.contains("outbox-router") && bash.contains("reconcile"),
+        "{bash}"
+    );
+    let zsh = run(&["completions", "zsh"]);
+    assert!(zsh.contains("#compdef outbox-router"), "{zsh}");
+    let man = run(&["man"]);
+    assert!(
+        man.contains(".TH outbox-router") && man.contains("checkpoint"),
+        "{man}"
+    );
+}

@@ -7,6 +7,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use super::optional::OptionalGauge;
 use super::{FloatCounter, FloatGauge, IntGauge, Labels};
 
 /// What kind of series a metric is (its `# TYPE`).
@@ -42,6 +43,15 @@ impl MetricDef {
         }
     }
 }
+
+/// Gauges whose single series is left out while the value is unknown (never a sentinel
+/// such as -1, which would break `max()` and alert thresholds).
+pub const ABSENT_WHILE_UNKNOWN: &[&str] = &[
+    "lag_seconds",
+    "binlog_bytes_behind",
+    "retention_runway_seconds",
+    "binlog_retention_seconds",
+];
 
 /// Declares the registered metrics' struct, how it is registered, and `CATALOG`, from
 /// one table: `/// help` `field: Type [= constructor] => Kind "name" [labels];`.
@@ -129,28 +139,30 @@ catalog! {
     producer_queue_messages: IntGauge => Gauge "kafka_producer_queue_messages" [];
     /// Bytes in librdkafka's producer queues (statistics.interval.ms)
     producer_queue_bytes: IntGauge => Gauge "kafka_producer_queue_bytes" [];
-    /// Broker round-trip time from librdkafka's statistics, by broker and quantile (avg, p99)
-    broker_rtt_seconds: Family<Labels, FloatGauge> => Gauge "kafka_broker_rtt_seconds" ["broker", "quantile"];
+    /// Mean broker round-trip time over librdkafka's last statistics window, by broker
+    broker_rtt_avg: Family<Labels, FloatGauge> => Gauge "kafka_broker_rtt_avg_seconds" ["broker"];
+    /// 99th percentile of the broker round-trip time over librdkafka's last statistics window, by broker
+    broker_rtt_p99: Family<Labels, FloatGauge> => Gauge "kafka_broker_rtt_p99_seconds" ["broker"];
     /// 1 while librdkafka's connection to the broker is UP
     broker_up: Family<Labels, IntGauge> => Gauge "kafka_broker_up" ["broker"];
     /// 1 while the binlog stream is connected
     connected: IntGauge => Gauge "connected" [];
     /// outbox.tables patterns that match no table on the server
     unmatched_patterns: IntGauge => Gauge "outbox_patterns_unmatched" [];
-    /// Now minus the commit time of the last acknowledged transaction, 0 when caught up
-    lag_ms: IntGauge => Gauge "lag_milliseconds" [];
-    /// Binlog bytes between the checkpoint and the server's current position
-    bytes_behind: IntGauge => Gauge "binlog_bytes_behind" [];
+    /// Now minus the commit time of the oldest transaction not yet acknowledged, 0 when caught up; absent while unknown
+    lag: OptionalGauge<f64> => Gauge "lag_seconds" [];
+    /// Binlog bytes between the checkpoint and the server's current position; absent while unknown
+    bytes_behind: OptionalGauge<i64> => Gauge "binlog_bytes_behind" [];
     /// Seconds since the checkpoint was last written
     checkpoint_age_seconds: IntGauge => Gauge "checkpoint_age_seconds" [];
     /// Offset of the checkpoint in its binlog file
     checkpoint_offset: IntGauge => Gauge "checkpoint_offset" [];
     /// Numeric suffix of the checkpoint's binlog file
     checkpoint_file_index: IntGauge => Gauge "checkpoint_file_index" [];
-    /// Seconds until the binlog file holding the checkpoint may be purged (-1: no expiry)
-    runway_seconds: IntGauge => Gauge "retention_runway_seconds" [];
-    /// The server's binlog retention (0: none; also 0 on RDS / Aurora with binlog retention hours NULL, which server_settings_problems counts)
-    retention_seconds: IntGauge => Gauge "binlog_retention_seconds" [];
+    /// Seconds until the binlog file holding the checkpoint may be purged; absent when nothing expires it or it is not known yet
+    runway_seconds: OptionalGauge<i64> => Gauge "retention_runway_seconds" [];
+    /// The server's binlog retention; absent when binlogs never expire; 0 on RDS / Aurora with binlog retention hours NULL (purged within minutes), which server_settings_problems also counts
+    retention_seconds: OptionalGauge<i64> => Gauge "binlog_retention_seconds" [];
     /// Server settings the router depends on that are wrong right now (global binlog_format, binlog_row_image, binlog_row_metadata, log_bin; RDS / Aurora binlog retention hours NULL), checked every monitor.interval_secs
     settings_problems: IntGauge => Gauge "server_settings_problems" [];
     /// Per transaction: routed until its records are handed to the producer (queueing in the router)
@@ -192,8 +204,10 @@ mod tests {
                 MetricKind::Histogram => "histogram",
             };
             let type_line = format!("# TYPE {family} {kind}");
-            // A labelled family shows once its first series exists (a topic, a broker).
-            if !m.labels.is_empty() && !text.contains(&format!("# TYPE {family} ")) {
+            // A labelled family shows once its first series exists (a topic, a broker); a
+            // value not known yet is left out.
+            let may_be_absent = !m.labels.is_empty() || ABSENT_WHILE_UNKNOWN.contains(&m.name);
+            if may_be_absent && !text.contains(&format!("# TYPE {family} ")) {
                 continue;
             }
             assert!(text.contains(&type_line), "{type_line} missing\n{text}");
@@ -242,5 +256,42 @@ mod tests {
             "in the catalog, not in the README (or with other labels): {undocumented:?}; \
              in the README, not in the catalog: {stale:?}"
         );
+    }
+}
+
+#[cfg(test)]
+mod unknown_values {
+    use crate::monitor::Metrics;
+
+    /// A value the router does not know is no series at all; a known one is a plain
+    /// series in base units.
+    #[test]
+    fn unknown_values_are_left_out_and_known_ones_are_plain_series() {
+        let metrics = Metrics::default();
+        let text = metrics.encode();
+        for name in super::ABSENT_WHILE_UNKNOWN {
+            assert!(
+                !text.contains(&format!("outbox_router_{name} ")),
+                "{name} before it is known:\n{text}"
+            );
+        }
+        metrics.set_optional_gauges(Some(1.5), Some(10), Some(3600), Some(7200));
+        let text = metrics.encode();
+        for line in [
+            "outbox_router_lag_seconds 1.5",
+            "outbox_router_binlog_bytes_behind 10",
+            "outbox_router_retention_runway_seconds 3600",
+            "outbox_router_binlog_retention_seconds 7200",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
+        metrics.set_optional_gauges(None, None, None, None);
+        let text = metrics.encode();
+        for name in super::ABSENT_WHILE_UNKNOWN {
+            assert!(
+                !text.contains(&format!("outbox_router_{name} ")),
+                "{name} once unknown again"
+            );
+        }
     }
 }

@@ -19,14 +19,13 @@ impl Metrics {
                 .get_or_create(&vec![("broker", broker.clone())])
                 .set(i64::from(b.state == "UP"));
             if let Some(rtt) = &b.rtt {
-                for (quantile, micros) in [("avg", rtt.avg), ("p99", rtt.p99)] {
-                    i.m.broker_rtt_seconds
-                        .get_or_create(&vec![
-                            ("broker", broker.clone()),
-                            ("quantile", quantile.to_string()),
-                        ])
-                        .set(micros as f64 / 1e6);
-                }
+                let labels = vec![("broker", broker.clone())];
+                i.m.broker_rtt_avg
+                    .get_or_create(&labels)
+                    .set(rtt.avg as f64 / 1e6);
+                i.m.broker_rtt_p99
+                    .get_or_create(&labels)
+                    .set(rtt.p99 as f64 / 1e6);
             }
         }
     }

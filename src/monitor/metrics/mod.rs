@@ -4,6 +4,7 @@
 
 mod catalog;
 mod kafka_stats;
+mod optional;
 mod readiness;
 mod status_cache;
 
@@ -19,7 +20,7 @@ use prometheus_client::registry::Registry;
 use prometheus_client::metrics::gauge::Gauge as FloatGaugeBase;
 
 use catalog::Registered;
-pub use catalog::{MetricDef, MetricKind, CATALOG};
+pub use catalog::{MetricDef, MetricKind, ABSENT_WHILE_UNKNOWN, CATALOG};
 
 use super::role::RoleState;
 use super::{Progress, Status};
@@ -298,7 +299,7 @@ impl Metrics {
             .set(i.progress.stalled_for().as_secs_f64());
         i.m.ready.set(i64::from(self.readiness().is_ok()));
         if let Some(lag) = self.held_lag_ms() {
-            i.m.lag_ms.set(lag);
+            i.m.lag.set(Some(lag as f64 / 1000.0));
         }
         let mut out = String::new();
         encode(&mut out, &self.0.registry).expect("writing to a String cannot fail");

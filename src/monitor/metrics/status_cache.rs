@@ -42,12 +42,12 @@ impl Metrics {
     /// Publishes a freshly observed status in gauges and for `/status`.
     pub fn set_status(&self, status: &Status) {
         let i = &self.0;
-        i.m.lag_ms.set(status.lag_ms.unwrap_or(-1));
-        i.m.bytes_behind
-            .set(status.bytes_behind.map_or(0, |b| b as i64));
-        i.m.runway_seconds.set(status.runway_secs.unwrap_or(-1));
-        i.m.retention_seconds
-            .set(status.retention_secs.unwrap_or(0) as i64);
+        self.set_optional_gauges(
+            status.lag_ms.map(|ms| ms as f64 / 1000.0),
+            status.bytes_behind.map(|b| b as i64),
+            status.runway_secs,
+            status.retention_secs.map(|s| s as i64),
+        );
         let retention_problem = usize::from(status.retention_problem.is_some());
         i.m.settings_problems
             .set((status.server_settings.len() + retention_problem) as i64);
@@ -55,6 +55,21 @@ impl Metrics {
             i.m.checkpoint_age_seconds.set(age);
         }
         i.state.lock().expect("metrics state").status = Some(status.clone());
+    }
+    /// The gauges that are left out while unknown (see `ABSENT_WHILE_UNKNOWN`): lag
+    /// (seconds), binlog bytes behind, runway and retention (seconds).
+    pub(crate) fn set_optional_gauges(
+        &self,
+        lag_secs: Option<f64>,
+        bytes_behind: Option<i64>,
+        runway_secs: Option<i64>,
+        retention_secs: Option<i64>,
+    ) {
+        let m = &self.0.m;
+        m.lag.set(lag_secs);
+        m.bytes_behind.set(bytes_behind);
+        m.runway_seconds.set(runway_secs);
+        m.retention_seconds.set(retention_secs);
     }
     /// The last observed status, with the router's live view as of now.
     pub fn status(&self) -> Option<Status> {
