@@ -183,11 +183,25 @@ settle() {
 server_cpu() {
   local k m hz
   hz=$(getconf CLK_TCK)
-  k=$(pgrep -f 'kafka\.Kafka' | head -1)
-  m=$(pgrep -f 'mariadbd --defaults-file=.*/mariadb/my.cnf' | head -1)
+  # The broker the benchmark talks to, by its pid file: with the 3-node cluster or a
+  # test's private broker also running, "the first kafka.Kafka process" is another one
+  # (it read 0.04 s for every contender once). Refuse to guess.
+  k=$(cat "$ROOT/.local/kafka/kafka.pid" 2>/dev/null || true)
+  m=$(cat "$ROOT/.local/mariadb/mariadb.pid" 2>/dev/null || true)
+  if [ -z "$k" ] || ! grep -q 'kafka\.Kafka' "/proc/$k/cmdline" 2>/dev/null; then
+    echo "server_cpu: cannot find the benchmark's broker (.local/kafka/kafka.pid); broker CPU not measured" >&2
+    echo "nan nan"; return 0
+  fi
   awk -v hz="$hz" '{printf "%.2f ", ($14 + $15) / hz}' "/proc/$k/stat"
-  awk -v hz="$hz" '{printf "%.2f\n", ($14 + $15) / hz}' "/proc/$m/stat"
+  if [ -n "$m" ] && [ -r "/proc/$m/stat" ]; then
+    awk -v hz="$hz" '{printf "%.2f\n", ($14 + $15) / hz}' "/proc/$m/stat"
+  else
+    echo nan
+  fi
 }
+
+# "$2 - $1" for server_cpu readings, "n/a" when either is not measured.
+cpu_diff() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "nan" || b == "nan") print "n/a"; else printf "%.2f\n", b - a }'; }
 
 # Waits until the router with metrics on port "$1" has acknowledged "$2" events; fails
 # when process "$3" (the router, or the time(1) wrapping it) exits first.
