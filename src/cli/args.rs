@@ -109,6 +109,14 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: CheckpointAction,
     },
+    /// Ask the running router's monitor endpoint for /health (or /ready with --ready):
+    /// exit 0 when it answers 200, else 1. For container health checks, which have no
+    /// curl: `HEALTHCHECK CMD ["outbox-router", "health"]`.
+    Health {
+        /// Ask /ready (streaming and delivering) instead of /health (alive).
+        #[arg(long)]
+        ready: bool,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell); no config
     /// needed, e.g. `outbox-router completions bash > /etc/bash_completion.d/outbox-router`.
     Completions {

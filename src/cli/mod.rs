@@ -14,6 +14,7 @@ pub(crate) mod args;
 mod audit;
 mod checkpoint;
 mod docs;
+mod health;
 mod import;
 mod prune;
 mod reconcile;
@@ -77,6 +78,7 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Audit { json } => audit::run(&config, json),
         Command::Reconcile(args) => reconcile::run(&cli.config, config, args).await,
         Command::Checkpoint { action } => checkpoint::run(&config, action).await,
+        Command::Health { ready } => health::run(&config, ready).await,
         Command::Completions { .. } | Command::Man => unreachable!("answered above"),
     }
 }

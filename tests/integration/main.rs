@@ -685,6 +685,11 @@ async fn metrics_health_and_status_report_the_stream() {
     let (code, health) = http_get(port, "/health").await;
     assert_eq!(code, 200);
     assert!(health.contains("\"alive\":true"), "{health}");
+    // The container health check asks the same endpoints through the binary itself.
+    for args in [&["health"][..], &["health", "--ready"]] {
+        let out = setup.cli(args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    }
 
     let out = setup.cli(&["status", "--json"]);
     let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -693,6 +698,12 @@ async fn metrics_health_and_status_report_the_stream() {
     assert_eq!(out.status.code(), Some(0), "{st}");
 
     assert!(router.stop(Duration::from_secs(30)).success());
+    let down = setup.cli(&["health"]);
+    assert_eq!(
+        down.status.code(),
+        Some(1),
+        "a stopped router is not healthy: {down:?}"
+    );
     let out = setup.cli(&["status", "--json"]);
     let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(st["router"], "stopped", "{st}");
