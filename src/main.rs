@@ -1,5 +1,5 @@
 //! The `outbox-router` command line: parses, sets up logging, dispatches to `cli`, and
-//! turns the outcome into an exit code (the table is in `cli/mod.rs` and the README).
+//! turns the outcome into an exit code (the table is in `cli/mod.rs` and docs/operating.md).
 
 mod cli;
 

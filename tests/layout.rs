@@ -1,4 +1,4 @@
-//! The code layout's promise (lib.rs, README "Code layout"): no module of the library
+//! The code layout's promise (lib.rs, docs/development.md "Code layout"): no module of the library
 //! imports another that imports it back, directly or through others. Checked on the
 //! source text: every `crate::<module>` outside test code is an edge between top-level
 //! modules (a file or folder under `src/`).

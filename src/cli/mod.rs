@@ -1,6 +1,6 @@
 //! One module per subcommand; `dispatch` picks it.
 //!
-//! Exit codes (also in the README):
+//! Exit codes (also in docs/operating.md):
 //!
 //! | code | meaning |
 //! |---|---|

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 mod ops;
+#[cfg(test)]
+mod reference;
 
 pub use ops::OpsConfig;
 

@@ -1,7 +1,7 @@
 //! The operator's signals at the moments they used to mislead: a first start with Kafka
 //! away (lag, in-flight, readiness, runway), two routers sharing a server id, errors no
 //! retry fixes (topic creation denied, a missing topic with creation off), read-only
-//! commands on a wrong or busy store, and `/metrics` matching the README.
+//! commands on a wrong or busy store, and `/metrics` matching docs/monitoring.md.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -330,10 +330,10 @@ async fn read_only_commands_create_nothing_and_read_a_busy_store() {
     assert!(router.stop(Duration::from_secs(30)).success());
 }
 
-/// Every metric the README documents is on `/metrics`, and every metric there is
+/// Every metric docs/monitoring.md documents is on `/metrics`, and every metric there is
 /// documented.
 #[tokio::test(flavor = "multi_thread")]
-async fn metrics_endpoint_matches_the_readme() {
+async fn metrics_endpoint_matches_the_docs() {
     let _settings = SERVER_SETTINGS.read().await;
     let (mut conn, mut setup) = fresh("signals_readme").await;
     let db = setup.db.clone();
@@ -358,11 +358,11 @@ async fn metrics_endpoint_matches_the_readme() {
         .filter_map(|l| l.split(' ').next())
         .map(str::to_string)
         .collect();
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(repo_root().join("docs/monitoring.md")).unwrap();
     let section = readme
         .split("<!-- metrics -->")
         .nth(1)
-        .expect("README marks its metrics table with <!-- metrics -->");
+        .expect("docs/monitoring.md marks its metrics table with <!-- metrics -->");
     let documented: BTreeSet<String> = section
         .lines()
         .filter_map(|l| l.strip_prefix("| `"))
@@ -376,16 +376,16 @@ async fn metrics_endpoint_matches_the_readme() {
     let missing: Vec<&String> = documented.difference(&exposed).collect();
     assert!(
         undocumented.is_empty() && missing.is_empty(),
-        "on /metrics but not in the README: {undocumented:?}; in the README but not on /metrics: {missing:?}\n{text}"
+        "on /metrics but not in docs/monitoring.md: {undocumented:?}; there but not on /metrics: {missing:?}\n{text}"
     );
-    // The dashboard, the alert rules and the README use only metrics that exist.
+    // The dashboard, the alert rules and the docs use only metrics that exist.
     let dashboard =
         std::fs::read_to_string(repo_root().join("docker/grafana-dashboard.json")).unwrap();
     let rules = std::fs::read_to_string(repo_root().join("deploy/prometheus/alerts.yml")).unwrap();
     for (what, text) in [
         ("dashboard", dashboard.as_str()),
         ("alert rules", rules.as_str()),
-        ("README", readme.as_str()),
+        ("docs/monitoring.md", readme.as_str()),
     ] {
         for used in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
             if !used.starts_with("outbox_router_") {

@@ -1,6 +1,6 @@
 //! Every metric the router exposes, declared once: its field, type, name, labels and
 //! help. The registry is built from this table, and tests compare it with what
-//! `/metrics` shows and with the README's metric table.
+//! `/metrics` shows and with the metric table of docs/monitoring.md.
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -225,13 +225,14 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_table_documents_exactly_the_catalog() {
+    fn the_docs_metric_table_documents_exactly_the_catalog() {
         let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/monitoring.md"))
+                .unwrap();
         let table = readme
             .split("<!-- metrics -->")
             .nth(1)
-            .expect("README marks its metrics table with <!-- metrics -->");
+            .expect("docs/monitoring.md marks its metrics table with <!-- metrics -->");
         let documented: Documented = table
             .lines()
             .filter_map(|l| l.strip_prefix("| `"))
@@ -253,8 +254,8 @@ mod tests {
         let stale: Vec<_> = documented.difference(&code).collect();
         assert!(
             undocumented.is_empty() && stale.is_empty(),
-            "in the catalog, not in the README (or with other labels): {undocumented:?}; \
-             in the README, not in the catalog: {stale:?}"
+            "in the catalog, not in docs/monitoring.md (or with other labels): {undocumented:?}; \
+             in docs/monitoring.md, not in the catalog: {stale:?}"
         );
     }
 }

@@ -9,7 +9,7 @@
 //! rows written after the checkpoint's commit time (minus a grace) count as in flight.
 //!
 //! Memory is per event of the window, not per byte: a 128-bit hash of its id, a
-//! fingerprint of its key and value, its topic and counts, and its time (about 100 bytes
+//! fingerprint of its key and value, its topic and counts, and its time (about 170 bytes
 //! with the maps' overhead); ids are read again from the table only for the events to be
 //! listed.
 
