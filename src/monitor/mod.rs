@@ -8,6 +8,7 @@ mod progress;
 pub mod retention;
 mod role;
 pub mod status;
+mod task_progress;
 mod watch;
 
 pub use config::MonitorConfig;
@@ -18,4 +19,5 @@ pub use metrics::{
 pub use progress::Progress;
 pub use role::Role;
 pub use status::{Status, Thresholds, Verdict};
+pub use task_progress::TaskProgress;
 pub use watch::watch;

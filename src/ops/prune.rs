@@ -23,6 +23,7 @@ use super::OpsError;
 use crate::checkpoint::CheckpointConfig;
 use crate::checkpoint::{Checkpoint, CheckpointStore};
 use crate::config::OpsConfig;
+use crate::monitor::TaskProgress;
 use crate::outbox::OutboxConfig;
 use crate::position::{Position, TableName};
 use crate::source::SourceConfig;
@@ -131,8 +132,17 @@ pub async fn prune(
                 table: table.to_string(),
                 ..Default::default()
             },
+            progress: TaskProgress::new(
+                if opts.dry_run {
+                    "prune --dry-run: rows that would be deleted"
+                } else {
+                    "prune: rows deleted"
+                },
+                None,
+            ),
         };
         let result = pruner.run(&mut conn, stop).await;
+        pruner.progress.finish();
         tracing::info!(table = %table, rows = pruner.done.rows, batches = pruner.done.batches, dry_run = opts.dry_run, "prune");
         report.tables.push(pruner.done);
         result?;
@@ -171,6 +181,8 @@ struct TablePruner<'a> {
     table: &'a TableName,
     pk: &'a str,
     done: TablePruned,
+    /// Rows deleted (or, in a dry run, that would be), as they go.
+    progress: TaskProgress,
 }
 
 impl TablePruner<'_> {
@@ -206,6 +218,7 @@ impl TablePruner<'_> {
                 };
                 self.done.rows += rows;
                 self.done.batches += 1;
+                self.progress.add(rows);
                 if let Some(rate) = self.opts.rate.filter(|r| *r > 0.0) {
                     let pause = Duration::from_secs_f64(chunk.len() as f64 / rate);
                     tokio::select! {

@@ -12,7 +12,7 @@ use futures::StreamExt;
 use super::{InvalidPolicy, PipelineError};
 use crate::checkpoint::now_ms;
 use crate::config::Config;
-use crate::monitor::Metrics;
+use crate::monitor::{Metrics, TaskProgress};
 use crate::position::Position;
 use crate::sink::Sink;
 use crate::source::{self, server, RowChange, RowOp, Transaction};
@@ -87,8 +87,18 @@ pub(crate) async fn republish(
     };
     let started = std::time::Instant::now();
     let patterns = config.table_patterns();
+    let tables = server::matching_tables(conn, &patterns).await?;
+    let mut total = 0;
+    for table in &tables {
+        total += source::snapshot::count(conn, table, &rows.filter).await?;
+    }
+    let task = match sink {
+        Sink::Null => "outbox rows read from the table",
+        _ => "outbox rows published from the table",
+    };
+    let mut progress = TaskProgress::new(task, Some(total));
     let mut events = 0u64;
-    for table in server::matching_tables(conn, &patterns).await? {
+    for table in tables {
         let table = Arc::new(table);
         let stream = source::snapshot::rows(conn, &table, &rows.filter, &order_by).await?;
         let mut chunks = stream.chunks(chunk_size);
@@ -128,7 +138,10 @@ pub(crate) async fn republish(
                 Err(e) => Err(e),
             };
             match sent {
-                Ok(n) => events += n as u64,
+                Ok(n) => {
+                    events += n as u64;
+                    progress.add(n as u64);
+                }
                 Err(e) => {
                     sink.abandon();
                     sink.abort();
@@ -151,6 +164,7 @@ pub(crate) async fn republish(
             _ => tracing::info!(%table, events, "published outbox rows from the table"),
         }
     }
+    progress.finish();
     Ok(events)
 }
 

@@ -96,6 +96,30 @@ impl RowFilter {
     }
 }
 
+/// How many rows of `table` pass `filter` (in the connection's snapshot, when it has one):
+/// the total a long table read reports its progress against.
+pub async fn count(
+    conn: &mut Conn,
+    table: &TableName,
+    filter: &RowFilter,
+) -> Result<u64, SourceError> {
+    use mysql_async::prelude::Queryable;
+    let (condition, params) = filter.sql();
+    let sql = format!(
+        "SELECT COUNT(*) FROM {}.{}{condition}",
+        quote_ident(&table.database),
+        quote_ident(&table.table)
+    );
+    let n: Option<u64> =
+        conn.exec_first(sql, params)
+            .await
+            .map_err(|source| SourceError::Query {
+                query: "SELECT COUNT(*) of outbox rows",
+                source,
+            })?;
+    Ok(n.unwrap_or(0))
+}
+
 /// Streams the rows of `table` that pass `filter`, ordered by the `order_by` columns,
 /// shaped like binlog rows so the same mapping applies.
 pub async fn rows<'c>(

@@ -211,23 +211,36 @@ async fn replay_resends_the_selection_with_its_ids_throttled_and_audited() {
     assert!(listed.contains(&format!("r-03\t{topic}\to0")), "{listed}");
 
     // Aggregate o1 (10 events) at 20/s, beside the running router.
+    // Not on a terminal, progress is log lines (here after every step).
     let started = std::time::Instant::now();
-    let printed = stdout_ok(
-        &setup.cli(&[
+    let replayed_out = setup.cli_env(
+        &[
             "replay",
             "--aggregate-id",
             "o1",
             "--rate",
-            "20",
+            "4",
             "--reason",
             "consumer lost its state",
             "--by",
             "alice",
-        ]),
-        "replay",
+        ],
+        &[("OUTBOX_ROUTER_PROGRESS_SECS", "0")],
+    );
+    let printed = stdout_ok(&replayed_out, "replay");
+    let log = String::from_utf8_lossy(&replayed_out.stderr);
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("progress")).collect();
+    assert!(
+        lines.len() >= 3
+            && lines
+                .iter()
+                .all(|l| l.contains("total=Some(10)") && l.contains("per_sec="))
+            && lines.iter().any(|l| l.contains("eta_secs=Some("))
+            && lines.last().unwrap().contains("done=10"),
+        "progress lines: {lines:#?}"
     );
     assert!(
-        started.elapsed() >= Duration::from_millis(450),
+        started.elapsed() >= Duration::from_millis(2000),
         "not throttled"
     );
     assert!(printed.contains("completed — 10 record(s)"), "{printed}");
