@@ -61,3 +61,4 @@ pub mod route;
 pub mod secret;
 pub mod sink;
 pub mod source;
+pub mod units;

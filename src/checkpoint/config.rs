@@ -11,7 +11,10 @@ pub struct CheckpointConfig {
     /// Directory of the embedded checkpoint store.
     pub dir: PathBuf,
     /// Milliseconds between durable checkpoint writes (a crash re-sends at most this much).
-    #[serde(default = "default_flush_interval_ms")]
+    #[serde(
+        default = "default_flush_interval_ms",
+        deserialize_with = "crate::units::millis"
+    )]
     pub flush_interval_ms: u64,
 }
 

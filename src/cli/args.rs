@@ -61,11 +61,12 @@ pub(crate) enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
-        /// Hours your alerting needs to notice a dead router (retention budget).
-        #[arg(long)]
+        /// Hours your alerting needs to notice a dead router (retention budget): a
+        /// number of hours or a duration (1d 12h).
+        #[arg(long, value_parser = parse_hours)]
         detect_hours: Option<f64>,
-        /// Hours you need to repair it (retention budget).
-        #[arg(long)]
+        /// Hours you need to repair it (retention budget), as --detect-hours.
+        #[arg(long, value_parser = parse_hours)]
         repair_hours: Option<f64>,
     },
     /// Print an outbox-router config (TOML) made from a Debezium MySQL / MariaDB connector
@@ -174,15 +175,17 @@ pub(crate) struct RecoverArgs {
     /// [default: outbox.columns.timestamp, else created_at].
     #[arg(long)]
     pub(crate) timestamp_column: Option<String>,
-    /// Seconds of slack before the checkpoint's commit time (clocks, time zones).
-    #[arg(long, default_value_t = 600)]
+    /// Slack before the checkpoint's commit time (clocks, time zones): seconds or a
+    /// duration (10m).
+    #[arg(long, alias = "margin", value_parser = outbox_router::units::parse_secs, default_value = "600")]
     pub(crate) margin_secs: u64,
     /// The longest your transactions stay open: a row's timestamp is its INSERT's
     /// time, its COMMIT may come this much later.
-    #[arg(long, default_value_t = 3600)]
+    #[arg(long, alias = "longest-transaction", value_parser = outbox_router::units::parse_secs, default_value = "3600")]
     pub(crate) longest_transaction_secs: u64,
-    /// Re-publish rows written from this unix time on, instead of checkpoint − margins.
-    #[arg(long)]
+    /// Re-publish rows written from this time on, instead of checkpoint − margins: unix
+    /// seconds, RFC 3339 or a duration ago (2h), as `replay --since`.
+    #[arg(long, value_parser = parse_time)]
     pub(crate) since: Option<i64>,
     /// Count the rows that would be re-published; send nothing, keep the checkpoint.
     #[arg(long)]
@@ -250,6 +253,15 @@ pub(crate) fn parse_time(s: &str) -> Result<i64, String> {
     Ok(at
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64))
+}
+
+/// Hours as a number (36, 0.5) or a duration (1d 12h).
+fn parse_hours(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(h) if h >= 0.0 && h.is_finite() => Ok(h),
+        Ok(_) => Err(format!("{s:?} is not a positive number of hours")),
+        Err(_) => outbox_router::units::parse_duration(s).map(|d| d.as_secs_f64() / 3600.0),
+    }
 }
 
 /// `LOW..HIGH`.

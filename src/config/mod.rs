@@ -85,10 +85,16 @@ pub struct PipelineConfig {
     pub max_in_flight: usize,
     /// Bytes (keys, values, headers) of those records; reading pauses above it, inside a
     /// large transaction too.
-    #[serde(default = "default_max_in_flight_bytes")]
+    #[serde(
+        default = "default_max_in_flight_bytes",
+        deserialize_with = "crate::units::bytes"
+    )]
     pub max_in_flight_bytes: usize,
     /// Seconds to wait for in-flight acknowledgements on shutdown.
-    #[serde(default = "default_shutdown_timeout_secs")]
+    #[serde(
+        default = "default_shutdown_timeout_secs",
+        deserialize_with = "crate::units::secs"
+    )]
     pub shutdown_timeout_secs: u64,
 }
 

@@ -23,10 +23,16 @@ pub struct HaConfig {
     /// A leader that does not heartbeat for this long loses the lock; roughly the
     /// takeover time after a crash. The broker bounds it by
     /// `group.min.session.timeout.ms` (default 6000).
-    #[serde(default = "default_session_timeout_ms")]
+    #[serde(
+        default = "default_session_timeout_ms",
+        deserialize_with = "crate::units::millis"
+    )]
     pub session_timeout_ms: u64,
     /// How often a standby checks that it could take over (source and Kafka reachable).
-    #[serde(default = "default_standby_check_secs")]
+    #[serde(
+        default = "default_standby_check_secs",
+        deserialize_with = "crate::units::secs"
+    )]
     pub standby_check_secs: u64,
     /// This instance's name in logs, `status` and the group (default `<host>-<pid>`).
     #[serde(default)]

@@ -10,7 +10,10 @@ pub struct MonitorConfig {
     #[serde(default = "default_listen")]
     pub listen: String,
     /// Seconds between lag / runway observations.
-    #[serde(default = "default_monitor_interval_secs")]
+    #[serde(
+        default = "default_monitor_interval_secs",
+        deserialize_with = "crate::units::secs"
+    )]
     pub interval_secs: u64,
     /// Warn when the retention runway is below this share of the retention.
     #[serde(default = "default_runway_warn")]
@@ -19,18 +22,29 @@ pub struct MonitorConfig {
     #[serde(default = "default_runway_critical")]
     pub runway_critical_ratio: f64,
     /// Warn when lag exceeds this many seconds.
-    #[serde(default = "default_lag_warn_secs")]
+    #[serde(
+        default = "default_lag_warn_secs",
+        deserialize_with = "crate::units::secs"
+    )]
     pub lag_warn_secs: u64,
     /// Critical when lag exceeds this many seconds.
-    #[serde(default = "default_lag_critical_secs")]
+    #[serde(
+        default = "default_lag_critical_secs",
+        deserialize_with = "crate::units::secs"
+    )]
     pub lag_critical_secs: u64,
     /// Hours your alerting needs to notice a dead router (retention budget in `status`).
+    #[serde(default, deserialize_with = "crate::units::hours_opt")]
     pub detect_hours: Option<f64>,
     /// Hours you need to repair it (retention budget in `status`).
+    #[serde(default, deserialize_with = "crate::units::hours_opt")]
     pub repair_hours: Option<f64>,
     /// `/ready` answers 503 once undelivered records waited this many seconds without
     /// any acknowledgement from Kafka.
-    #[serde(default = "default_ready_max_stall_secs")]
+    #[serde(
+        default = "default_ready_max_stall_secs",
+        deserialize_with = "crate::units::secs"
+    )]
     pub ready_max_stall_secs: u64,
 }
 

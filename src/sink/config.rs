@@ -154,7 +154,10 @@ pub struct DeliveryConfig {
     #[serde(default = "default_commit_max_records")]
     pub commit_max_records: usize,
     /// …or this many milliseconds after it began, whichever comes first.
-    #[serde(default = "default_commit_max_ms")]
+    #[serde(
+        default = "default_commit_max_ms",
+        deserialize_with = "crate::units::millis"
+    )]
     pub commit_max_ms: u64,
 }
 

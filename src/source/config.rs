@@ -31,10 +31,16 @@ pub struct SourceConfig {
     #[serde(default)]
     pub start: StartFrom,
     /// Seconds between server heartbeats; a silent connection is dropped after three.
-    #[serde(default = "default_heartbeat_secs")]
+    #[serde(
+        default = "default_heartbeat_secs",
+        deserialize_with = "crate::units::secs"
+    )]
     pub heartbeat_secs: u64,
     /// Seconds to wait for a connection.
-    #[serde(default = "default_connect_timeout_secs")]
+    #[serde(
+        default = "default_connect_timeout_secs",
+        deserialize_with = "crate::units::secs"
+    )]
     pub connect_timeout_secs: u64,
     /// Stop after this many times another replica with the same `server_id` took the
     /// stream within ten minutes (each one is a warning; they would flap forever).
@@ -43,7 +49,7 @@ pub struct SourceConfig {
     /// Stop at a transaction with more outbox row bytes than this (binlog row events),
     /// holding each whole until then; unset (default): transactions of any size stream
     /// through in parts.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::units::bytes_opt")]
     pub max_transaction_bytes: Option<u64>,
     /// TLS to the server: `disabled`, `required` (encrypted, certificate not checked),
     /// `verify_ca` (signed by `tls_ca_file`) or `verify_identity` (also matches `host`).

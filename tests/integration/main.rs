@@ -577,7 +577,15 @@ async fn purged_binlog_is_refused_and_recovered_from_the_table() {
     );
 
     // A dry run counts and changes nothing; a window with no rows is refused.
-    let out = setup.cli(&["recover", "--timestamp-column", "created_at", "--dry-run"]);
+    // Durations in human units, as everywhere (`--margin 10m` is the default 600 s).
+    let out = setup.cli(&[
+        "recover",
+        "--timestamp-column",
+        "created_at",
+        "--margin",
+        "10m",
+        "--dry-run",
+    ]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && text.contains("dry run: 300 event(s)"),
