@@ -234,7 +234,8 @@ mod tests {
     use crate::secret::Secret;
     use crate::source::StartFrom;
 
-    const MINIMAL: &str = r#"
+    /// The smallest valid configuration.
+    pub(super) const MINIMAL: &str = r#"
 [source]
 user = "cdc"
 server_id = 7

@@ -5,18 +5,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use super::tests::MINIMAL as BASE;
 use super::Config;
-
-/// A configuration every section can be added to.
-const BASE: &str = r#"
-[source]
-user = "cdc"
-server_id = 7
-[outbox]
-tables = ["shop.outbox"]
-[checkpoint]
-dir = "/tmp/x"
-"#;
 
 /// The section paths of the reference, as its headings name them.
 const SECTIONS: &[&str] = &[

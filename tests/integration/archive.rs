@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::Conn;
 
 use crate::util::*;
 use crate::{check_stream, write_stream, RestoreGlobal, TYPES};
@@ -33,26 +32,6 @@ fn archive_with_mariadb_binlog(first: &str, dir: &Path) {
         .output()
         .unwrap();
     assert!(out.status.success(), "mariadb-binlog --raw: {out:?}");
-}
-
-/// Purges every binlog file before `current` (a stopped router's dump thread may hold
-/// its file for a heartbeat or two: purge until it is really gone).
-async fn purge_to(conn: &mut Conn, current: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        conn.query_drop(format!("PURGE BINARY LOGS TO '{current}'"))
-            .await
-            .unwrap();
-        let logs: Vec<(String, u64)> = conn.query("SHOW BINARY LOGS").await.unwrap();
-        if logs[0].0 == current {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "binlogs not purged: {logs:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 /// A copy of `archive` in a new directory, changed by `change`.

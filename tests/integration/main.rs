@@ -531,23 +531,7 @@ async fn purged_binlog_is_refused_and_recovered_from_the_table() {
     write_stream(db.clone(), 100, 200, 1, 10).await;
     conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
     let (current, _) = binlog_position(&mut conn).await;
-    // A dump thread of the stopped router may still hold its file for a heartbeat or
-    // two; the server then skips that file, so purge until it is really gone.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        conn.query_drop(format!("PURGE BINARY LOGS TO '{current}'"))
-            .await
-            .unwrap();
-        let logs: Vec<(String, u64)> = conn.query("SHOW BINARY LOGS").await.unwrap();
-        if logs[0].0 == current {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "binlogs not purged: {logs:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    purge_to(&mut conn, &current).await;
 
     let mut router = setup.start_router();
     let status = router.wait(Duration::from_secs(60));

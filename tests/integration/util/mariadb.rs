@@ -135,3 +135,21 @@ pub fn mariadb_ca() -> PathBuf {
         .unwrap_or_else(|_| repo_root().join(".local"));
     local.join("mariadb/tls/ca.pem")
 }
+
+/// Purges every binlog file before `current` (a stopped router's dump thread may hold
+/// its file for a heartbeat or two, and the server then skips it: purge until it is
+/// really gone).
+pub async fn purge_to(conn: &mut Conn, current: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        conn.query_drop(format!("PURGE BINARY LOGS TO '{current}'"))
+            .await
+            .unwrap();
+        let logs: Vec<(String, u64)> = conn.query("SHOW BINARY LOGS").await.unwrap();
+        if logs[0].0 == current {
+            return;
+        }
+        assert!(Instant::now() < deadline, "binlogs not purged: {logs:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
