@@ -88,7 +88,7 @@ impl MonitorConfig {
 }
 
 fn default_listen() -> String {
-    "127.0.0.1:9187".into()
+    "127.0.0.1:9612".into()
 }
 
 fn default_monitor_interval_secs() -> u64 {

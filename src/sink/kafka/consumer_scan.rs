@@ -10,6 +10,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
+use crate::monitor::TaskProgress;
 use crate::sink::{KafkaConfig, SinkError};
 
 /// A partition that makes no progress this long stops the scan.
@@ -100,11 +101,14 @@ pub fn scan(
         .offsets_for_times(by_time, Duration::from_secs(30))
         .map_err(|e| failed(format!("offsets for time {since_ms}: {e}")))?;
     let mut assign = TopicPartitionList::new();
+    // Offsets to read (transaction markers included: an upper bound of the records).
+    let mut total = 0u64;
     for e in starts.elements() {
         let key = (e.topic().to_string(), e.partition());
         // No record at or after the time: nothing to read there.
         match e.offset() {
             Offset::Offset(start) if start < ends[&key] => {
+                total += (ends[&key] - start) as u64;
                 assign
                     .add_partition_offset(e.topic(), e.partition(), Offset::Offset(start))
                     .map_err(|e| failed(e.to_string()))?;
@@ -120,6 +124,10 @@ pub fn scan(
         .enumerate()
         .map(|(i, t)| (t.as_str(), i))
         .collect();
+    let mut report = TaskProgress::new(
+        "reconcile: records read from Kafka (of at most)",
+        Some(total),
+    );
     let mut progress = Instant::now();
     let mut checked = Instant::now();
     while !ends.is_empty() {
@@ -127,6 +135,7 @@ pub fn scan(
             Some(Ok(m)) => {
                 progress = Instant::now();
                 scanned.records += 1;
+                report.add(1);
                 let key = (m.topic().to_string(), m.partition());
                 let next = m.offset() + 1;
                 if let Some(&i) = index.get(m.topic()) {
@@ -162,5 +171,6 @@ pub fn scan(
             )));
         }
     }
+    report.finish();
     Ok(scanned)
 }
