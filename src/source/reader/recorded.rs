@@ -419,3 +419,34 @@ async fn damaged_files_never_panic() {
     }
     println!("{runs} damaged files read: none panicked or hung");
 }
+
+/// A start position that is no event boundary of the archived file (a checkpoint of
+/// another file with the same name, an offset typed by hand) stops with the file and
+/// offset named; the boundary just before it reads on.
+#[tokio::test]
+async fn an_archive_start_inside_an_event_is_refused() {
+    // mysql_type_bit.000001: a QUERY event spans 235..491.
+    let inside = read_from(
+        "mysql_type_bit.000001",
+        "fixture.000001:300".parse().unwrap(),
+    )
+    .await;
+    let said = inside.end.to_string();
+    assert!(
+        inside.transactions.is_empty()
+            && said.contains("mysql_type_bit.000001 is damaged at offset 235")
+            && said.contains("inside an event"),
+        "{said}"
+    );
+    let boundary = read_from(
+        "mysql_type_bit.000001",
+        "fixture.000001:235".parse().unwrap(),
+    )
+    .await;
+    assert!(
+        !boundary.transactions.is_empty()
+            && matches!(boundary.end, SourceError::StreamEnded { .. }),
+        "{}",
+        boundary.end
+    );
+}
