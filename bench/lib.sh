@@ -30,13 +30,26 @@ create_topics() {
   wait
 }
 
-# Creates a prefix's 100 topics and writes 300,000 records of the benchmark's shape into
-# them: a partition's first megabytes go in markedly slower than later ones (a 1M backlog
+# Creates a prefix's topics (100, or "$2") and writes 300,000 records of the benchmark's
+# shape into them: a partition's first megabytes go in markedly slower than later ones (a 1M backlog
 # took 8.4 s into partitions holding one record each, 6.2-6.4 s once they held a few
 # hundred kB), and every contender should meet the same broker state.
 warm_topics() {
-  create_topics "$1" 100
-  "$ROOT/target/release/examples/produce" --prefix "$1" --count 300000 >/dev/null
+  local types=${2:-100}
+  create_topics "$1" "$types"
+  "$ROOT/target/release/examples/produce" --prefix "$1" --count 300000 --topics "$types" >/dev/null
+}
+
+# Prints the SQL that writes the benchmarks' backlog: "$1" outbox events of ≈200 bytes,
+# "$2" aggregate types (default 100), 10,000 aggregate ids, in transactions of 1–1000 rows.
+write_backlog() {
+  local n=$1 types=${2:-100} s=1 i=0 size e
+  local sizes=(1 10 100 1000 50 500 5 200 20 700)
+  while [ $s -le "$n" ]; do
+    size=${sizes[$((i % ${#sizes[@]}))]}; e=$((s + size - 1)); [ $e -gt "$n" ] && e=$n
+    echo "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) SELECT CONCAT('$RUN-', seq), CONCAT('Type', seq % $types), CONCAT('agg-', seq % 10000), 'Created', CONCAT('{\"seq\":', seq, ',\"pad\":\"', REPEAT('x', 160), '\"}') FROM seq_${s}_to_${e};"
+    s=$((e + 1)); i=$((i + 1))
+  done
 }
 
 # Fetches Debezium and the Kafka Connect runtime from Maven once.

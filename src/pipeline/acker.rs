@@ -77,7 +77,16 @@ struct OpenTransaction {
     records: usize,
     max_records: usize,
     max_age: Duration,
+    /// How long one may stay open while a backlog waits.
+    max_backlog_age: Duration,
+    /// When the last batch went in, and the binlog commit time of its transaction.
+    last_added: Instant,
+    last_commit_time_ms: i64,
 }
+
+/// Behind the binlog's end by more than this (its timestamps have a resolution of a
+/// second), a reader that keeps handing over batches is working through a backlog.
+const BACKLOG_LAG_MS: i64 = 2_000;
 
 impl OpenTransaction {
     fn new(config: &Config) -> Self {
@@ -89,6 +98,15 @@ impl OpenTransaction {
             records: 0,
             max_records: config.delivery.commit_max_records,
             max_age: Duration::from_millis(config.delivery.commit_max_ms.max(1)),
+            max_backlog_age: Duration::from_millis(
+                config
+                    .delivery
+                    .commit_backlog_ms
+                    .max(config.delivery.commit_max_ms)
+                    .max(1),
+            ),
+            last_added: Instant::now(),
+            last_commit_time_ms: 0,
         }
     }
 
@@ -102,12 +120,30 @@ impl OpenTransaction {
         Ok(())
     }
 
-    /// Time to commit: full, or old enough, and at the end of a binlog transaction (a
-    /// large one's parts all go into one Kafka transaction).
-    fn due(&self) -> bool {
-        self.is_open
-            && self.at_boundary
-            && (self.records >= self.max_records || self.opened_at.elapsed() >= self.max_age)
+    /// Time to commit: at the end of a binlog transaction (a large one's parts all go
+    /// into one Kafka transaction), and full or old enough — or, while a backlog is
+    /// read, old enough for a backlog (`waiting`: the reader has batches ready).
+    fn due(&self, waiting: bool) -> bool {
+        if !self.is_open || !self.at_boundary {
+            return false;
+        }
+        let age = self.opened_at.elapsed();
+        if self.in_backlog(waiting) {
+            age >= self.max_backlog_age
+        } else {
+            self.records >= self.max_records || age >= self.max_age
+        }
+    }
+
+    /// The reader is working through a backlog: its last batch came from a binlog
+    /// transaction committed well before now, and more are `waiting` or it came
+    /// recently (a reader that has gone quiet has caught up, however old its last
+    /// transaction was). Batches waiting alone say nothing: the reader falls behind
+    /// the sink for a moment on every large transaction.
+    fn in_backlog(&self, waiting: bool) -> bool {
+        self.last_commit_time_ms > 0
+            && crate::checkpoint::now_ms() - self.last_commit_time_ms > BACKLOG_LAG_MS
+            && (waiting || self.last_added.elapsed() < self.max_age)
     }
 
     /// The batch about to be sent goes into the open transaction (opened if need be).
@@ -115,6 +151,10 @@ impl OpenTransaction {
         self.open(sink)?;
         self.records += batch.records.len();
         self.at_boundary = batch.complete;
+        self.last_added = Instant::now();
+        if batch.commit_time_ms > 0 {
+            self.last_commit_time_ms = batch.commit_time_ms;
+        }
         Ok(())
     }
 
@@ -239,7 +279,7 @@ impl<'a> Acker<'a> {
             }
             match &self.mode {
                 Mode::AtLeastOnce => self.publish(),
-                Mode::ExactlyOnce(t) if t.due() => {
+                Mode::ExactlyOnce(t) if t.due(!rx.is_empty()) => {
                     if let Err(e) = self.commit(sink, &mut in_flight, &mut window).await {
                         failure = Some(e);
                         break;
@@ -433,8 +473,16 @@ mod tests {
     }
 
     /// A batch of `records` records ending at `offset` (`complete`: it ends a binlog
-    /// transaction).
+    /// transaction), committed on the server just now.
     fn batch(offset: u64, records: usize, complete: bool) -> Batch {
+        Batch {
+            commit_time_ms: crate::checkpoint::now_ms(),
+            ..backlog_batch(offset, records, complete)
+        }
+    }
+
+    /// The same from a backlog: committed on the server a minute ago.
+    fn backlog_batch(offset: u64, records: usize, complete: bool) -> Batch {
         let table = Arc::new(TableName {
             database: "shop".into(),
             table: "outbox".into(),
@@ -442,7 +490,7 @@ mod tests {
         Batch {
             end: at(offset),
             delivered_through: None,
-            commit_time_ms: offset as i64,
+            commit_time_ms: crate::checkpoint::now_ms() - 60_000,
             records: (0..records)
                 .map(|i| Record {
                     topic: "t".into(),
@@ -608,10 +656,7 @@ mod tests {
 
     #[tokio::test]
     async fn exactly_once_commits_whole_binlog_transactions_with_their_checkpoint() {
-        let h = Harness::new(
-            true,
-            "[delivery]\nmode = \"exactly-once\"\ntransactional_id = \"t\"\ncheckpoint_topic = \"c\"\ncommit_max_records = 2\ncommit_max_ms = 60000\n",
-        );
+        let h = Harness::new(true, &exactly_once(2, 60_000, 60_000));
         let s = &h;
         let result = h
             .run(|tx| async move {
@@ -638,20 +683,90 @@ mod tests {
             })
             .await;
         result.unwrap();
-        let commits: Vec<Option<u64>> = h
-            .sink
-            .calls()
-            .iter()
-            .filter_map(|c| match c {
-                Call::Commit(marker) => Some(marker.as_ref().map(|m| m.position.offset)),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(commits, [Some(20), Some(90)], "{:?}", h.sink.calls());
+        assert_eq!(
+            commits(&h.sink),
+            [Some(20), Some(90)],
+            "{:?}",
+            h.sink.calls()
+        );
         // Every send happened inside a transaction the acker had begun.
         let calls = h.sink.calls();
         let begins = calls.iter().filter(|c| **c == Call::Begin).count();
         assert_eq!(begins, 2, "{calls:?}");
         assert_eq!(h.metrics.snapshot().events_acked, 9);
+    }
+
+    /// The Kafka transactions' markers (their checkpoints' offsets), in commit order.
+    fn commits(sink: &ScriptedSink) -> Vec<Option<u64>> {
+        sink.calls()
+            .iter()
+            .filter_map(|c| match c {
+                Call::Commit(marker) => Some(marker.as_ref().map(|m| m.position.offset)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Exactly-once settings: transactions of `records` records / `ms` when caught up,
+    /// `backlog_ms` while a backlog is read.
+    fn exactly_once(records: usize, ms: u64, backlog_ms: u64) -> String {
+        format!(
+            "[delivery]\nmode = \"exactly-once\"\ntransactional_id = \"t\"\ncheckpoint_topic = \"c\"\n\
+             commit_max_records = {records}\ncommit_max_ms = {ms}\ncommit_backlog_ms = {backlog_ms}\n"
+        )
+    }
+
+    /// Feeds 40 binlog transactions of one record, 10 ms apart, acknowledging each;
+    /// returns the Kafka transactions' markers.
+    async fn feed_40(h: &Harness, batch: fn(u64, usize, bool) -> Batch) -> Vec<Option<u64>> {
+        let result = h
+            .run(|tx| async move {
+                for i in 0..40 {
+                    tx.send(batch(10 * (i + 1), 1, true)).await.unwrap();
+                    h.sent(i as usize + 1).await;
+                    h.sink.ack(i as usize);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                h.checkpoint_reaches(400).await;
+                drop(tx);
+            })
+            .await;
+        result.unwrap();
+        commits(&h.sink)
+    }
+
+    #[tokio::test]
+    async fn exactly_once_keeps_a_transaction_open_while_a_backlog_is_read() {
+        // Each binlog transaction fills a Kafka transaction (one record); read from a
+        // backlog, they share one until it is as old as a backlog allows (300 ms: about
+        // 20 of them at the pace fed).
+        let h = Harness::new(true, &exactly_once(1, 50, 300));
+        let commits = feed_40(&h, backlog_batch).await;
+        assert!((1..=4).contains(&commits.len()), "{commits:?}");
+        assert_eq!(commits.last(), Some(&Some(400)));
+        // Caught up (committed on the server just now), each commits alone.
+        let h = Harness::new(true, &exactly_once(1, 50, 300));
+        assert_eq!(feed_40(&h, batch).await.len(), 40);
+    }
+
+    #[tokio::test]
+    async fn exactly_once_commits_when_the_backlog_reader_goes_quiet() {
+        // A backlog's last transactions are as old as the rest; that nothing follows them
+        // is what says the reader caught up.
+        let h = Harness::new(true, &exactly_once(1, 50, 60_000));
+        let s = &h;
+        let result = h
+            .run(|tx| async move {
+                tx.send(backlog_batch(10, 1, true)).await.unwrap();
+                tx.send(backlog_batch(20, 1, true)).await.unwrap();
+                s.sent(2).await;
+                s.sink.ack(0);
+                s.sink.ack(1);
+                s.checkpoint_reaches(20).await;
+                drop(tx);
+            })
+            .await;
+        result.unwrap();
+        assert_eq!(commits(&h.sink), [Some(20)], "{:?}", h.sink.calls());
     }
 }

@@ -159,6 +159,14 @@ pub struct DeliveryConfig {
         deserialize_with = "crate::units::millis"
     )]
     pub commit_max_ms: u64,
+    /// While a backlog is read (binlog transactions more than 2 s old keep coming), a
+    /// transaction stays open up to this long instead: commits are a fixed cost per
+    /// transaction, and records that wait behind a backlog gain nothing from small ones.
+    #[serde(
+        default = "default_commit_backlog_ms",
+        deserialize_with = "crate::units::millis"
+    )]
+    pub commit_backlog_ms: u64,
 }
 
 impl Default for DeliveryConfig {
@@ -193,6 +201,11 @@ fn default_commit_max_records() -> usize {
 }
 fn default_commit_max_ms() -> u64 {
     100
+}
+fn default_commit_backlog_ms() -> u64 {
+    // 10,000-record transactions kept exactly-once at 16-22 % of at-least-once on a
+    // 300-partition backlog; one-second ones commit in 10-50 ms (drain and EndTxn).
+    1_000
 }
 
 #[cfg(test)]
