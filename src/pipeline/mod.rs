@@ -9,6 +9,7 @@
 //! checkpoint only ever covers a contiguous prefix of acknowledged transactions.
 
 mod acker;
+mod backlog;
 mod error;
 mod read;
 mod standby;
