@@ -19,6 +19,15 @@ pub(super) struct MappedTable {
 }
 
 impl BinlogReader {
+    /// True when `table_id` was mapped to a table that is not watched (an unknown id is
+    /// not: its rows event must fail as one without a TABLE_MAP).
+    pub(super) fn unwatched(&self, table_id: u64) -> bool {
+        matches!(
+            self.table_ids.get(&table_id),
+            Some(MappedTable { layout: None, .. })
+        )
+    }
+
     pub(super) fn table_map(&mut self, event: &Event, event_end: u64) -> Result<(), SourceError> {
         let Some(EventData::TableMapEvent(tme)) = self.read(event, event_end)? else {
             return Err(self.decode_error(event_end, "TABLE_MAP event did not decode"));
