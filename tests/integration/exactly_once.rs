@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use mysql_async::prelude::Queryable;
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 
@@ -147,4 +148,54 @@ async fn markers_behind_another_producers_open_transaction_are_waited_for() {
         "{}",
         second.log()
     );
+}
+
+/// Binlog transactions committed an hour before the router's clock (a writer session's
+/// `SET timestamp`, as a database clock behind the router's would write them) look like
+/// a backlog, where a Kafka transaction may stay open for `commit_backlog_ms` — a minute
+/// here. Nothing follows them: the reader has caught up, and they must become visible
+/// within `commit_max_ms` of going quiet, not after the minute.
+#[tokio::test(flavor = "multi_thread")]
+async fn old_commit_times_with_nothing_after_them_commit_at_once() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let name = "eos_old_times";
+    let (mut conn, mut setup) = fresh(name).await;
+    setup.delivery(Some(&format!(
+        "{}\ncommit_backlog_ms = 60000",
+        exactly_once_delivery(name, true)
+    )));
+    let mut router = setup.start_router();
+    conn.query_drop("SET timestamp = UNIX_TIMESTAMP() - 3600")
+        .await
+        .unwrap();
+    for i in 0..3 {
+        let ev = Ev::new(format!("old-{i}"), "Order", "agg-old", "{}");
+        insert_txn(&mut conn, &setup.db, &[ev]).await;
+    }
+    let written = std::time::Instant::now();
+    let committed = loop {
+        let acked = try_http_get(setup.monitor_port, "/metrics")
+            .await
+            .and_then(|(_, body)| {
+                body.lines()
+                    .find_map(|l| l.strip_prefix("outbox_router_events_acked_total "))
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+            })
+            .unwrap_or(0.0);
+        if acked >= 3.0 || written.elapsed() > Duration::from_secs(20) {
+            break acked;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        committed,
+        3.0,
+        "after {:?} a read_committed consumer could see {committed} of 3:\n{}",
+        written.elapsed(),
+        router.log()
+    );
+    let topic = setup.topic("Order");
+    let ids: Vec<String> = read_all(&[topic]).iter().map(|m| m.id()).collect();
+    assert_eq!(ids, ["old-0", "old-1", "old-2"]);
+    router.stop(Duration::from_secs(30));
 }
