@@ -80,10 +80,13 @@ struct OpenTransaction {
     max_age: Duration,
     /// How long one may stay open while a backlog is read.
     max_backlog_age: Duration,
+    /// Whether the batches it takes come from a backlog.
+    backlog: Backlog,
 }
 
 impl OpenTransaction {
     fn new(config: &Config) -> Self {
+        let max_age = Duration::from_millis(config.delivery.commit_max_ms.max(1));
         Self {
             acknowledged: 0,
             is_open: false,
@@ -91,7 +94,7 @@ impl OpenTransaction {
             opened_at: Instant::now(),
             records: 0,
             max_records: config.delivery.commit_max_records,
-            max_age: Duration::from_millis(config.delivery.commit_max_ms.max(1)),
+            max_age,
             max_backlog_age: Duration::from_millis(
                 config
                     .delivery
@@ -99,6 +102,8 @@ impl OpenTransaction {
                     .max(config.delivery.commit_max_ms)
                     .max(1),
             ),
+            // A reader quiet for as long as a caught-up transaction lasts has caught up.
+            backlog: Backlog::new(max_age),
         }
     }
 
@@ -113,14 +118,14 @@ impl OpenTransaction {
     }
 
     /// Time to commit: at the end of a binlog transaction (a large one's parts all go
-    /// into one Kafka transaction), and full or old enough — or, while a `backlog` is
-    /// read, old enough for a backlog.
-    fn due(&self, backlog: bool) -> bool {
+    /// into one Kafka transaction), and full or old enough — or, while a backlog is
+    /// read, old enough for a backlog (`waiting`: the reader has batches ready).
+    fn due(&self, waiting: bool) -> bool {
         if !self.is_open || !self.at_boundary {
             return false;
         }
         let age = self.opened_at.elapsed();
-        if backlog {
+        if self.backlog.active(waiting) {
             age >= self.max_backlog_age
         } else {
             self.records >= self.max_records || age >= self.max_age
@@ -132,6 +137,7 @@ impl OpenTransaction {
         self.open(sink)?;
         self.records += batch.records.len();
         self.at_boundary = batch.complete;
+        self.backlog.observe(batch);
         Ok(())
     }
 
@@ -211,10 +217,6 @@ impl<'a> Acker<'a> {
             Mode::AtLeastOnce => Duration::from_millis(200),
         };
         let mut tick = tokio::time::interval(tick_every);
-        let mut backlog = Backlog::new(match &self.mode {
-            Mode::ExactlyOnce(t) => t.max_age,
-            Mode::AtLeastOnce => Duration::from_millis(config.delivery.commit_max_ms.max(1)),
-        });
         let mut failure: Option<PipelineError> = None;
         loop {
             tokio::select! {
@@ -228,7 +230,6 @@ impl<'a> Acker<'a> {
                 }
                 batch = rx.recv(), if window.records < max_in_flight && window.bytes < max_in_flight_bytes => {
                     let Some(batch) = batch else { break };
-                    backlog.observe(&batch);
                     if let Err(e) = self.send_batch(sink, batch, &mut in_flight, &mut window).await {
                         failure = Some(e);
                         break;
@@ -243,7 +244,7 @@ impl<'a> Acker<'a> {
             }
             match &self.mode {
                 Mode::AtLeastOnce => self.publish(),
-                Mode::ExactlyOnce(t) if t.due(backlog.active(!rx.is_empty())) => {
+                Mode::ExactlyOnce(t) if t.due(!rx.is_empty()) => {
                     if let Err(e) = self.commit(sink, &mut in_flight, &mut window).await {
                         failure = Some(e);
                         break;
