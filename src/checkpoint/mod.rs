@@ -7,6 +7,6 @@ mod store;
 mod writer;
 
 pub use config::CheckpointConfig;
-pub use record::{now_ms, Checkpoint, RecordError};
+pub use record::{now_ms, Checkpoint, OperatorCommand, RecordError};
 pub use store::{CheckpointError, CheckpointStore};
 pub use writer::CheckpointWriter;

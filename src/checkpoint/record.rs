@@ -6,10 +6,16 @@ use crate::position::Position;
 
 /// Milliseconds since the epoch, now.
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
+    let real = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+        .unwrap_or(0);
+    // Tests run an instance whose wall clock is off (`return(OFFSET_MS)`): libfaketime
+    // cannot be preloaded under mimalloc's malloc override.
+    fail::fail_point!("clock.wall_offset_ms", |offset| {
+        real + offset.and_then(|o| o.parse::<i64>().ok()).unwrap_or(0)
+    });
+    real
 }
 
 const MAGIC: &[u8; 3] = b"ORC";
@@ -47,8 +53,42 @@ pub struct Checkpoint {
     pub server_id: Option<u32>,
     /// Commit time of that transaction (ms since epoch), 0 when unknown.
     pub commit_time_ms: i64,
-    /// When the checkpoint was written (ms since epoch).
+    /// When the checkpoint was written (ms since epoch): for people reading it, never
+    /// to order records (clocks run ahead, step back and differ between hosts).
     pub written_at_ms: i64,
+    /// Exactly-once mode: the number of the Kafka transaction whose commit marker this is
+    /// (or a copy of, in the store). Each commit numbers its marker one past the record
+    /// it resumed from, so of a store and a marker the higher number is the later one,
+    /// whatever any clock says. 0: written by at-least-once mode or an older build.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub commit_seq: u64,
+    /// Written by an operator's command, not by a run: the next exactly-once start
+    /// takes it over any marker (and commits it as one at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_by: Option<OperatorCommand>,
+}
+
+/// The commands that move a checkpoint by hand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OperatorCommand {
+    CheckpointSet,
+    Recover,
+    ImportDebezium,
+}
+
+impl std::fmt::Display for OperatorCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::CheckpointSet => "checkpoint set",
+            Self::Recover => "recover",
+            Self::ImportDebezium => "import-debezium",
+        })
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Checkpoint {
@@ -60,6 +100,26 @@ impl Checkpoint {
             server_id: None,
             commit_time_ms,
             written_at_ms: now_ms(),
+            commit_seq: 0,
+            set_by: None,
+        }
+    }
+
+    /// The same checkpoint, moved there by `command`.
+    pub fn set_by(self, command: OperatorCommand) -> Self {
+        Self {
+            set_by: Some(command),
+            ..self
+        }
+    }
+
+    /// The same checkpoint as the marker of Kafka transaction number `seq`, written now.
+    pub fn committed_as(self, seq: u64) -> Self {
+        Self {
+            commit_seq: seq,
+            set_by: None,
+            written_at_ms: now_ms(),
+            ..self
         }
     }
 
@@ -140,6 +200,8 @@ mod tests {
             server_id: Some(1),
             commit_time_ms: 1_700_000_000_000,
             written_at_ms: 1_700_000_000_500,
+            commit_seq: 42,
+            set_by: None,
         }
     }
 
@@ -157,6 +219,9 @@ mod tests {
         let decoded = Checkpoint::decode(&bytes).unwrap();
         assert_eq!(decoded.delivered_through, None);
         assert_eq!(decoded.server_id, None);
+        assert_eq!((decoded.commit_seq, decoded.set_by), (0, None));
+        let set = plain.set_by(OperatorCommand::Recover);
+        assert_eq!(Checkpoint::decode(&set.encode()).unwrap(), set);
     }
 
     #[test]

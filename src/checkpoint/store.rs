@@ -216,6 +216,8 @@ mod tests {
             position: "mysql-bin.000001:500".parse().unwrap(),
             commit_time_ms: 1,
             written_at_ms: 2,
+            commit_seq: 0,
+            set_by: None,
         };
         assert!(matches!(
             CheckpointStore::open(dir.path()),
@@ -245,6 +247,8 @@ mod tests {
             position: "mysql-bin.000001:500".parse().unwrap(),
             commit_time_ms: 1,
             written_at_ms: 2,
+            commit_seq: 0,
+            set_by: None,
         };
         live.save(&cp).unwrap();
         // `live` still holds the lock, as a running router does.

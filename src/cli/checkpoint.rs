@@ -5,12 +5,11 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 
 use super::args::CheckpointAction;
-use outbox_router::checkpoint::{Checkpoint, CheckpointStore};
+use outbox_router::checkpoint::{Checkpoint, CheckpointStore, OperatorCommand};
 use outbox_router::config::Config;
 use outbox_router::ops::import::offsets::DebeziumOffset;
-use outbox_router::pipeline::refuse_move_past_prepared_xa;
+use outbox_router::pipeline::{record_first_start, refuse_move_past_prepared_xa, FirstStart};
 use outbox_router::position::Position;
-use outbox_router::sink::KafkaSink;
 use outbox_router::source;
 
 /// Shows, sets, creates or removes the stored checkpoint.
@@ -52,6 +51,12 @@ pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<Exi
                 }
                 println!("commit_time_ms: {}", cp.commit_time_ms);
                 println!("written_at_ms: {}", cp.written_at_ms);
+                if cp.commit_seq > 0 {
+                    println!("commit_seq: {}", cp.commit_seq);
+                }
+                if let Some(command) = cp.set_by {
+                    println!("set_by: {command} (the next exactly-once start takes it over the commit marker)");
+                }
             }
         },
         CheckpointAction::Set {
@@ -62,17 +67,12 @@ pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<Exi
             let mut conn = source::connect(&config.source).await?;
             refuse_move_past_prepared_xa(&mut conn, "checkpoint set", ignore_prepared_xa).await?;
             let store = CheckpointStore::create(dir)?;
-            let written_at_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis() as i64)
-                .unwrap_or(0);
-            store.save(&Checkpoint {
-                position: position.clone(),
-                delivered_through: None,
-                server_id: Some(source::server::server_id(&mut conn).await?),
-                commit_time_ms: 0,
-                written_at_ms,
-            })?;
+            let server_id = source::server::server_id(&mut conn).await?;
+            store.save(
+                &Checkpoint::new(position.clone(), 0)
+                    .on_server(server_id)
+                    .set_by(OperatorCommand::CheckpointSet),
+            )?;
             println!("checkpoint set to {position}");
         }
         CheckpointAction::Reset { yes } => {
@@ -104,22 +104,24 @@ pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<Exi
 }
 
 /// Exactly-once mode's first start is recorded on Kafka, where its truth is: the store
-/// is a cache an empty volume recreates. Nothing is written once a marker exists.
+/// is a cache an empty volume recreates. Nothing is written once a position exists.
 async fn init_exactly_once(config: &Config) -> Result<()> {
-    let (kafka, delivery) = (&config.kafka, &config.delivery);
-    KafkaSink::ensure_checkpoint_topic(kafka, delivery)?;
-    let marker = tokio::task::block_in_place(|| KafkaSink::last_marker(kafka, delivery))?;
-    if marker.is_some() {
-        println!(
-            "{} already holds a commit marker for transactional.id {}: runs resume there; nothing changed",
-            delivery.checkpoint_topic, delivery.transactional_id
-        );
-        return Ok(());
+    let store = CheckpointStore::peek(&config.checkpoint.dir)?;
+    let delivery = &config.delivery;
+    let (topic, id) = (&delivery.checkpoint_topic, &delivery.transactional_id);
+    match record_first_start(config, store.as_ref()).await? {
+        FirstStart::HasMarker => println!(
+            "{topic} already holds a commit marker for transactional.id {id}: runs resume there; nothing changed"
+        ),
+        FirstStart::HasStore => println!(
+            "the checkpoint store holds a position set by an operator: the next run resumes there; nothing changed"
+        ),
+        FirstStart::AlreadyRecorded => println!(
+            "{topic} already records the first start of transactional.id {id} at source.start; nothing changed"
+        ),
+        FirstStart::Recorded => println!(
+            "recorded on {topic} that the first exactly-once run of transactional.id {id} starts at source.start"
+        ),
     }
-    KafkaSink::allow_first_start(kafka, delivery).await?;
-    println!(
-        "recorded on {} that the first exactly-once run of transactional.id {} starts at source.start",
-        delivery.checkpoint_topic, delivery.transactional_id
-    );
     Ok(())
 }

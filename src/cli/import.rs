@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 
-use outbox_router::checkpoint::{Checkpoint, CheckpointStore};
+use outbox_router::checkpoint::{Checkpoint, CheckpointStore, OperatorCommand};
 use outbox_router::config::Config;
 use outbox_router::ops::import::offsets::{self, ConnectorKey, OffsetStore};
 use outbox_router::pipeline::{refuse_move_past_prepared_xa, resume_by_gtid};
@@ -78,7 +78,11 @@ pub(super) async fn offsets(
     }
 
     let commit_time_ms = offset.ts_sec.map_or(0, |s| s * 1000);
-    checkpoints.save(&Checkpoint::new(position.clone(), commit_time_ms).on_server(ours))?;
+    checkpoints.save(
+        &Checkpoint::new(position.clone(), commit_time_ms)
+            .on_server(ours)
+            .set_by(OperatorCommand::ImportDebezium),
+    )?;
     println!(
         "checkpoint set to {position} from connector {:?}'s offset in the {store}{}",
         key.name,

@@ -10,7 +10,7 @@ use super::args::SinkArg;
 use outbox_router::checkpoint::CheckpointStore;
 use outbox_router::config::Config;
 use outbox_router::monitor::Metrics;
-use outbox_router::pipeline::{self, SinkKind};
+use outbox_router::pipeline::{self, FirstStart, SinkKind};
 use outbox_router::sink::KafkaSink;
 
 /// Streams until SIGINT/SIGTERM; `init` creates a missing checkpoint store first.
@@ -22,9 +22,8 @@ pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<Ex
         // Before `--init` creates anything: a property this build cannot honour stops here.
         KafkaSink::check_properties(&config.kafka).context("kafka.properties")?;
     }
-    if init && !CheckpointStore::exists(&config.checkpoint.dir) {
-        CheckpointStore::create(&config.checkpoint.dir)?;
-        info!(dir = %config.checkpoint.dir.display(), "run --init: created a new checkpoint store; this first run starts at source.start");
+    if init {
+        first_start(config).await?;
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
@@ -35,6 +34,39 @@ pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<Ex
     };
     pipeline::run(config, sink, shutdown, Metrics::default()).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--init`: creates a missing store and, in exactly-once mode, records the first start
+/// on the checkpoint topic where no position exists anywhere (refusing where one may
+/// have existed). Both are said loudly: a first start happens once.
+async fn first_start(config: &Config) -> Result<()> {
+    let dir = &config.checkpoint.dir;
+    if !CheckpointStore::exists(dir) {
+        CheckpointStore::create(dir)?;
+        match config.delivery.exactly_once() {
+            true => {
+                info!(dir = %dir.display(), "run --init: created a new checkpoint store (exactly-once: a cache of the commit marker on Kafka)")
+            }
+            false => {
+                warn!(dir = %dir.display(), "run --init: created a new checkpoint store; this first run starts at source.start")
+            }
+        }
+    }
+    if !config.delivery.exactly_once() {
+        return Ok(());
+    }
+    let store = CheckpointStore::peek(dir)?;
+    let delivery = &config.delivery;
+    let (topic, id) = (&delivery.checkpoint_topic, &delivery.transactional_id);
+    match pipeline::record_first_start(config, store.as_ref())
+        .await
+        .context("run --init")?
+    {
+        FirstStart::Recorded => warn!(topic, transactional_id = id, start = ?config.source.start, "run --init: no commit marker, stored position or trace of one exists: recorded the first exactly-once start on the checkpoint topic; this run starts at source.start"),
+        FirstStart::AlreadyRecorded => warn!(topic, transactional_id = id, "run --init: the first exactly-once start was already recorded and nothing has committed since: starting at source.start"),
+        FirstStart::HasMarker | FirstStart::HasStore => {}
+    }
+    Ok(())
 }
 
 /// Cancels `shutdown` at the first SIGINT or SIGTERM.

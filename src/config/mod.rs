@@ -181,6 +181,9 @@ impl Config {
         self.pipeline.check()?;
         self.kafka.check()?;
         self.delivery.check()?;
+        self.delivery.check_against_transaction_timeout(
+            crate::sink::KafkaSink::transaction_timeout_ms(&self.kafka),
+        )?;
         self.ha.check(&self.delivery)?;
         self.monitor.check()?;
         if let Some(registry) = &self.value.registry {
@@ -298,5 +301,54 @@ dir = "/tmp/x"
             .to_string()
             .contains("watermark"));
         assert!(with("{ watermark = \" \" }").is_err());
+    }
+
+    /// A heartbeat period no server accepts (and, near u64::MAX seconds, one that
+    /// overflowed into a panic when the read timeout was derived from it) is refused
+    /// with its name; the largest one the server takes still loads.
+    #[test]
+    fn heartbeat_secs_is_bounded_by_what_a_server_accepts() {
+        let with = |secs: &str| {
+            let text = MINIMAL.replace(
+                "server_id = 7",
+                &format!("server_id = 7\nheartbeat_secs = {secs}"),
+            );
+            Config::parse(&text, Path::new("t.toml")).map(|c| c.source.heartbeat())
+        };
+        assert_eq!(
+            with("4294967").unwrap(),
+            std::time::Duration::from_secs(4_294_967)
+        );
+        for too_long in ["4294968", "9223372036854775807"] {
+            let err = with(too_long).unwrap_err().to_string();
+            assert!(err.contains("source.heartbeat_secs"), "{too_long}: {err}");
+        }
+    }
+
+    /// Exactly-once transactions allowed to stay open longer than half the producer's
+    /// transaction.timeout.ms are aborted by the coordinator, every one of a backlog's:
+    /// refused at load, naming both settings.
+    #[test]
+    fn exactly_once_transactions_must_fit_the_transaction_timeout() {
+        let eos = |delivery: &str, kafka: &str| {
+            let text = format!(
+                "{MINIMAL}[delivery]\nmode = \"exactly-once\"\ntransactional_id = \"t\"\n{delivery}\n[kafka]\nbootstrap_servers = \"x:9092\"\n{kafka}\n"
+            );
+            Config::parse(&text, Path::new("t.toml")).map(|_| ())
+        };
+        let err = eos("commit_backlog_ms = \"5m\"", "")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("delivery.commit_backlog_ms") && err.contains("transaction.timeout.ms"),
+            "{err}"
+        );
+        assert!(eos("", "").is_ok(), "the defaults fit");
+        let short = "properties = { \"transaction.timeout.ms\" = \"1500\" }";
+        let err = eos("", short).unwrap_err().to_string();
+        assert!(err.contains("(1500 ms)"), "{err}");
+        assert!(eos("commit_backlog_ms = 700", short).is_ok());
+        let long = "properties = { \"transaction.timeout.ms\" = \"900000\" }";
+        assert!(eos("commit_backlog_ms = \"5m\"", long).is_ok());
     }
 }

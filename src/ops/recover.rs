@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use crate::checkpoint::{now_ms, Checkpoint, CheckpointStore};
+use crate::checkpoint::{now_ms, Checkpoint, CheckpointStore, OperatorCommand};
 use crate::config::Config;
 use crate::pipeline::table::{republish, table_sink, TableRows};
 use crate::pipeline::PipelineError;
@@ -90,8 +90,11 @@ pub async fn recover(
         });
     }
     if !opts.dry_run {
-        CheckpointStore::create(&config.checkpoint.dir)?
-            .save(&Checkpoint::new(resume_at.clone(), now_ms()).on_server(server_id))?;
+        CheckpointStore::create(&config.checkpoint.dir)?.save(
+            &Checkpoint::new(resume_at.clone(), now_ms())
+                .on_server(server_id)
+                .set_by(OperatorCommand::Recover),
+        )?;
     }
     Ok(RecoverReport {
         since_secs,

@@ -76,10 +76,17 @@ struct OpenTransaction {
     at_boundary: bool,
     opened_at: Instant,
     records: usize,
+    /// Bytes of the records in it.
+    bytes: usize,
     max_records: usize,
     max_age: Duration,
-    /// How long one may stay open while a backlog is read.
+    /// How long one may stay open while a backlog is read…
     max_backlog_age: Duration,
+    /// …and how large it may grow meanwhile: the coordinator aborts a transaction open
+    /// past `transaction.timeout.ms`, and a slow broker must not turn a backlog's
+    /// transaction into one that outlives it.
+    max_backlog_records: usize,
+    max_backlog_bytes: usize,
     /// Whether the batches it takes come from a backlog.
     backlog: Backlog,
 }
@@ -93,7 +100,13 @@ impl OpenTransaction {
             at_boundary: true,
             opened_at: Instant::now(),
             records: 0,
+            bytes: 0,
             max_records: config.delivery.commit_max_records,
+            max_backlog_records: config
+                .delivery
+                .commit_backlog_max_records
+                .max(config.delivery.commit_max_records),
+            max_backlog_bytes: config.delivery.commit_backlog_max_bytes.max(1),
             max_age,
             max_backlog_age: Duration::from_millis(
                 config
@@ -127,6 +140,8 @@ impl OpenTransaction {
         let age = self.opened_at.elapsed();
         if self.backlog.active(waiting) {
             age >= self.max_backlog_age
+                || self.records >= self.max_backlog_records
+                || self.bytes >= self.max_backlog_bytes
         } else {
             self.records >= self.max_records || age >= self.max_age
         }
@@ -136,6 +151,11 @@ impl OpenTransaction {
     fn add(&mut self, sink: &Sink, batch: &Batch) -> Result<(), PipelineError> {
         self.open(sink)?;
         self.records += batch.records.len();
+        self.bytes += batch
+            .records
+            .iter()
+            .map(crate::route::Record::size)
+            .sum::<usize>();
         self.at_boundary = batch.complete;
         self.backlog.observe(batch);
         Ok(())
@@ -145,6 +165,7 @@ impl OpenTransaction {
     fn committed(&mut self) -> u64 {
         self.is_open = false;
         self.records = 0;
+        self.bytes = 0;
         std::mem::take(&mut self.acknowledged)
     }
 }
@@ -179,7 +200,11 @@ impl<'a> Acker<'a> {
     ) -> Self {
         Self {
             metrics,
-            acknowledged: start.clone(),
+            // What a run writes is its own: an operator's record is taken over once.
+            acknowledged: Checkpoint {
+                set_by: None,
+                ..start.clone()
+            },
             unpublished: false,
             mode: match sink.is_transactional() {
                 true => Mode::ExactlyOnce(OpenTransaction::new(config)),
@@ -383,8 +408,14 @@ impl<'a> Acker<'a> {
         }
         let drained = started.elapsed();
         crash_point!("txn.before_commit");
-        let marker = self.stamped();
+        // Numbered one past the last marker: a start compares store and marker by this
+        // number, never by a clock.
+        let marker = self
+            .acknowledged
+            .clone()
+            .committed_as(self.acknowledged.commit_seq + 1);
         sink.commit(Some(marker.encode())).await?;
+        self.acknowledged.commit_seq = marker.commit_seq;
         let Mode::ExactlyOnce(txn) = &mut self.mode else {
             unreachable!("only exactly-once mode commits")
         };

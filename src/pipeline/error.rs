@@ -34,10 +34,23 @@ pub enum PipelineError {
         command: &'static str,
         xids: Vec<String>,
     },
-    #[error("exactly-once mode found no commit marker for transactional.id {transactional_id} on {topic} and no checkpoint in the store: the topic was recreated, the id renamed or the marker deleted — or this is a first start. A first start is explicit: `outbox-router checkpoint init` (it records on the topic that the first run starts at source.start). Otherwise set the position the marker held with `checkpoint set` (the last one the router logged), so nothing is skipped or repeated")]
+    #[error("exactly-once mode found no commit marker for transactional.id {transactional_id} on {topic}, no checkpoint in the store and no first start recorded: the topic was recreated, the id renamed or the marker deleted — or this is a first start. A first start is explicit: `outbox-router checkpoint init` or `run --init` (either records on the topic that the first run starts at source.start). Otherwise set the position the marker held with `checkpoint set` (the last one the router logged), so nothing is skipped or repeated")]
     NoCommitMarker {
         topic: String,
         transactional_id: String,
+    },
+    #[error("exactly-once mode found no commit marker for transactional.id {transactional_id} on {topic}, but the checkpoint store {dir} holds {position}: the store is a cache written after each marker, so the marker was lost (a recreated topic, a renamed id) or the store comes from at-least-once mode; resuming from it could skip or repeat events. If {position} is where delivery stopped, adopt it with `outbox-router checkpoint set '{position}'`; otherwise set the position the marker held")]
+    StoreWithoutMarker {
+        topic: String,
+        transactional_id: String,
+        dir: String,
+        position: String,
+    },
+    #[error("exactly-once mode found no commit marker for transactional.id {transactional_id} on {topic}, and {how}: a position existed, so this is not a first start and `--init` / `checkpoint init` cannot make it one. Set the position the marker held with `checkpoint set` (the last one the router logged), or `recover --since` to re-publish from the outbox table")]
+    MarkerLost {
+        topic: String,
+        transactional_id: String,
+        how: String,
     },
     #[error("source.resume_by = \"gtid\" but checkpoint {checkpoint} has no GTID state: use resume_by = \"auto\" or \"position\"")]
     NoGtidToResumeBy { checkpoint: String },

@@ -11,6 +11,7 @@
 mod acker;
 mod backlog;
 mod error;
+mod exactly_once_start;
 mod read;
 mod standby;
 mod start;
@@ -23,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 pub use error::PipelineError;
+pub use exactly_once_start::{record_first_start, FirstStart};
 pub(crate) use read::InvalidPolicy;
 pub use start::{refuse_move_past_prepared_xa, resume_by_gtid};
 
@@ -272,7 +274,13 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let checkpoint = start::start_position(config, store, &mut conn, flavor, &sink).await?;
     metrics.set_checkpoint(&checkpoint);
     let server_id = server::server_id(&mut conn).await?;
-    let archived = start::archived_range(config, &mut conn, &checkpoint, server_id).await?;
+    let archived = tokio::select! {
+        archived = start::archived_range(config, &mut conn, &checkpoint, server_id) => archived?,
+        _ = shutdown.cancelled() => {
+            info!(checkpoint = %checkpoint.position, "stopped while checking the binlog archive; nothing was read");
+            return Ok(());
+        }
+    };
     let by_gtid = match archived {
         // Archived files are read by file position, and the server after them too.
         Some(_) => false,

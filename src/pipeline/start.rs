@@ -1,10 +1,12 @@
-//! Where a run starts: the checkpoint, else the first start's position (recorded at
-//! once), whether to resume by GTID, and the checks that must pass before streaming.
+//! Where a run starts: the checkpoint (exactly-once: `exactly_once_start`), else the
+//! first start's position (recorded at once), whether to resume by GTID, and the checks
+//! that must pass before streaming.
 
 use std::path::PathBuf;
 
 use tracing::{info, warn};
 
+use super::exactly_once_start::{self, Resume};
 use super::PipelineError;
 use crate::checkpoint::{Checkpoint, CheckpointStore};
 use crate::config::Config;
@@ -25,28 +27,24 @@ pub(super) async fn start_position(
     sink: &Sink,
 ) -> Result<Checkpoint, PipelineError> {
     let local = store.load()?;
-    let committed = match sink.is_transactional() {
-        true => committed_marker(config).await?,
-        false => None,
-    };
-    // In exactly-once mode the commit marker is the truth and the store a cache written
-    // after it; the store is newer only after an operator's `recover` / `checkpoint set`.
-    let newest = match (local, committed) {
-        (Some(l), Some(k)) if l.written_at_ms > k.written_at_ms => Some(l),
-        (l, k) => k.or(l),
-    };
-    if let Some(cp) = newest {
-        return Ok(cp);
-    }
-    // Exactly-once mode keeps its truth on Kafka: no marker may mean a recreated topic,
-    // a renamed transactional id or a deleted marker, not a first start. The store may
-    // be an empty cache (`run --init` on an empty volume), so only `checkpoint init`'s
-    // record on the topic makes this a first start.
-    if sink.is_transactional() && !first_start_allowed(config)? {
-        return Err(PipelineError::NoCommitMarker {
-            topic: config.delivery.checkpoint_topic.clone(),
-            transactional_id: config.delivery.transactional_id.clone(),
-        });
+    if !sink.is_transactional() {
+        if let Some(cp) = local {
+            return Ok(cp);
+        }
+    } else {
+        match exactly_once_start::resume(config, local)? {
+            Resume::Marker(cp) => return Ok(cp),
+            Resume::Store { checkpoint, seq } => {
+                // Committed as the marker before anything streams: a standby taking
+                // over, or this instance after a crash, resumes here too.
+                let committed = checkpoint.committed_as(seq);
+                sink.begin()?;
+                sink.commit(Some(committed.encode())).await?;
+                store.save(&committed)?;
+                return Ok(committed);
+            }
+            Resume::FirstStart => {}
+        }
     }
     if config.source.start != StartFrom::Earliest || config.source.snapshot != SnapshotMode::Never {
         let prepared = server::prepared_xa(conn).await?;
@@ -72,44 +70,22 @@ pub(super) async fn start_position(
     };
     let checkpoint =
         Checkpoint::new(position.clone(), commit_time_ms).on_server(server::server_id(conn).await?);
-    store.save(&checkpoint)?;
-    if sink.is_transactional() {
-        // The start as the first commit marker: a standby taking over before our first
-        // transaction starts here too, not at its own "latest".
+    let checkpoint = if sink.is_transactional() {
+        // The start as the first commit marker, before the store has it (a store without
+        // a marker is refused): a standby taking over before our first transaction
+        // starts here too, not at its own "latest"; and of two instances racing through
+        // their first start, the one fenced by the other's `init_transactions` fails
+        // this commit, so both end up at the same position.
+        let first = checkpoint.committed_as(1);
         sink.begin()?;
-        sink.commit(Some(checkpoint.encode())).await?;
-    }
+        sink.commit(Some(first.encode())).await?;
+        first
+    } else {
+        checkpoint
+    };
+    store.save(&checkpoint)?;
     info!(%position, start = ?config.source.start, snapshot = ?config.source.snapshot, "no checkpoint yet: starting here and recorded it");
     Ok(checkpoint)
-}
-
-/// Whether `checkpoint init` allowed exactly-once mode's first start.
-fn first_start_allowed(config: &Config) -> Result<bool, PipelineError> {
-    Ok(tokio::task::block_in_place(|| {
-        crate::sink::KafkaSink::first_start_allowed(&config.kafka, &config.delivery)
-    })?)
-}
-
-/// The checkpoint of the last committed Kafka transaction (exactly-once mode).
-async fn committed_marker(config: &Config) -> Result<Option<Checkpoint>, PipelineError> {
-    let started = std::time::Instant::now();
-    let bytes = tokio::task::block_in_place(|| {
-        crate::sink::KafkaSink::last_marker(&config.kafka, &config.delivery)
-    })?;
-    tracing::debug!(
-        read_ms = started.elapsed().as_millis() as u64,
-        "read the newest commit marker"
-    );
-    let Some(bytes) = bytes else {
-        return Ok(None);
-    };
-    let checkpoint = Checkpoint::decode(&bytes).map_err(|e| PipelineError::BadMarker {
-        topic: config.delivery.checkpoint_topic.clone(),
-        key: config.delivery.transactional_id.clone(),
-        reason: e.to_string(),
-    })?;
-    info!(position = %checkpoint.position, topic = %config.delivery.checkpoint_topic, "resuming from the last committed Kafka transaction");
-    Ok(Some(checkpoint))
 }
 
 /// Resume by GTID or by file position (`source.resume_by`); by position, the file must
@@ -187,12 +163,38 @@ pub(super) async fn archived_range(
     if checkpoint.server_id.is_none() && !archive.holds(needed) {
         return Ok(None);
     }
-    let files = archive.range(needed, &oldest.file)?;
+    info!(checkpoint = %checkpoint.position, archive = %dir.display(), server_from = %oldest.file, "the server purged the checkpoint's binlog: checking the archived files before reading any");
+    // Off the runtime's threads (a range of large files takes a while even at disk
+    // speed), and abandoned when this future is dropped: a shutdown does not wait for it.
+    let stop = StopOnDrop::default();
+    let check = {
+        let (stop, from, until) = (
+            stop.0.clone(),
+            checkpoint.position.clone(),
+            oldest.file.clone(),
+        );
+        let ours = checkpoint.server_id;
+        tokio::task::spawn_blocking(move || archive.range(&from, ours, &until, &stop))
+    };
+    let files = check.await.map_err(|e| PipelineError::TaskFailed {
+        task: "archive check",
+        reason: e.to_string(),
+    })??;
     info!(checkpoint = %checkpoint.position, archive = %dir.display(), files = files.len(), server_from = %oldest.file, "the server purged the checkpoint's binlog: reading it from the archive");
     Ok(Some(ArchivedRange {
         files,
         server_from: oldest.file.clone(),
     }))
+}
+
+/// Set when dropped: tells a blocking task its result is no longer wanted.
+#[derive(Default)]
+struct StopOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// A resume by file position is only one on the server whose binlog the checkpoint

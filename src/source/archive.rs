@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use mysql_async::binlog::events::{Event, RotateEvent, TransactionPayloadEvent};
 use mysql_async::binlog::EventType;
@@ -19,6 +20,7 @@ use mysql_common::binlog::consts::BinlogVersion;
 use mysql_common::binlog::EventStreamReader;
 
 use super::{BinlogFile, Position, SourceError};
+use crate::position::{GtidState, MariaGtidState};
 
 /// The magic bytes every binlog file begins with.
 const MAGIC: &[u8; 4] = b"\xfebin";
@@ -76,48 +78,114 @@ impl Archive {
         self.files.iter().any(|(f, _)| f == file)
     }
 
-    /// The files from `from` up to, not including, `until` (the server's oldest), every
-    /// one of them present and whole (its events' headers walked, see `check_whole`):
-    /// else an error naming the first missing or damaged one. Checked before anything is
-    /// read, so a bad archive delivers nothing.
+    /// The files from the checkpoint's file up to, not including, `until` (the server's
+    /// oldest), every one of them present, whole and part of the checkpoint's history
+    /// (see `survey`): else an error naming the first missing, damaged or foreign one.
+    /// Checked before anything is read, so a bad archive delivers nothing and moves no
+    /// checkpoint. `stop` abandons the check (a shutdown) within one event.
     pub fn range(
         &self,
-        from: &BinlogFile,
+        from: &Position,
+        server_id: Option<u32>,
         until: &BinlogFile,
+        stop: &AtomicBool,
     ) -> Result<Vec<(BinlogFile, PathBuf)>, SourceError> {
-        let needed = format!("{from} up to {until} (not included)");
-        if from.base() != until.base() || until.index() <= from.index() {
+        let first = &from.file;
+        let needed = format!("{first} up to {until} (not included)");
+        if first.base() != until.base() || until.index() <= first.index() {
             return Err(SourceError::ArchiveIncomplete {
                 dir: self.dir.clone(),
-                missing: format!("a file sequence from {from} to {until}"),
+                missing: format!("a file sequence from {first} to {until}"),
                 needed,
             });
         }
-        let mut out = Vec::new();
-        for index in from.index()..until.index() {
-            match self.files.iter().find(|(f, _)| f.index() == index) {
-                Some((file, path)) => {
-                    check_whole(path)?;
-                    out.push((file.clone(), path.clone()));
-                }
-                None => {
-                    return Err(SourceError::ArchiveIncomplete {
-                        dir: self.dir.clone(),
-                        missing: from.with_index(index).to_string(),
-                        needed,
-                    })
-                }
-            }
+        let mut out: Vec<(BinlogFile, PathBuf)> = Vec::new();
+        for index in first.index()..until.index() {
+            let Some((file, path)) = self.files.iter().find(|(f, _)| f.index() == index) else {
+                return Err(SourceError::ArchiveIncomplete {
+                    dir: self.dir.clone(),
+                    missing: first.with_index(index).to_string(),
+                    needed,
+                });
+            };
+            let found = survey(path, stop)?;
+            let next = if index + 1 == until.index() {
+                until.clone()
+            } else {
+                first.with_index(index + 1)
+            };
+            found.belongs(path, file, &next, from, server_id)?;
+            out.push((file.clone(), path.clone()));
         }
         Ok(out)
     }
 }
 
-/// Walks a file's event headers (not their bodies): it begins with the magic bytes, each
-/// event ends where its header says and inside the file, and the last one is the ROTATE
-/// or STOP a finished file ends with.
-fn check_whole(path: &Path) -> Result<(), SourceError> {
-    use std::io::{Seek, SeekFrom};
+/// What walking a file's event headers found (see `survey`).
+#[derive(Debug, Default)]
+struct Survey {
+    /// The server id in its format description's header: the server that wrote it.
+    server_id: Option<u32>,
+    /// Its GTID list (MariaDB): the binlog state at its start.
+    gtid_list: Option<MariaGtidState>,
+    /// The file its final ROTATE names; `None` when it ends with STOP.
+    rotates_to: Option<String>,
+}
+
+impl Survey {
+    /// Whether `file` (at `path`), followed by `next`, belongs to the history of a
+    /// checkpoint at `from` on server `server_id`.
+    fn belongs(
+        &self,
+        path: &Path,
+        file: &BinlogFile,
+        next: &BinlogFile,
+        from: &Position,
+        server_id: Option<u32>,
+    ) -> Result<(), SourceError> {
+        let foreign = |reason: String| SourceError::ArchiveForeign {
+            file: path.to_path_buf(),
+            reason,
+        };
+        if let Some(to) = &self.rotates_to {
+            if to != next.name() {
+                return Err(foreign(format!(
+                    "it rotates to {to}, but the file after it is {next}: a mislabelled or foreign copy"
+                )));
+            }
+        }
+        if let (Some(theirs), Some(ours)) = (self.server_id, server_id) {
+            if theirs != ours {
+                return Err(foreign(format!(
+                    "it was written by server_id {theirs}, and the checkpoint is in the binlog of server_id {ours}"
+                )));
+            }
+        }
+        if let (Some(list), GtidState::MariaDb(at)) = (&self.gtid_list, &from.gtid) {
+            let (fits, relation) = if *file == from.file {
+                (at.includes(list), "the checkpoint lies inside it")
+            } else {
+                (list.includes(at), "it follows the checkpoint's file")
+            };
+            if !fits {
+                return Err(foreign(format!(
+                    "its GTID list {list} does not fit the checkpoint's GTID state {at} ({relation}): another server's or another history's file"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Events between checks of the stop flag.
+const STOP_CHECK_EVERY: u64 = 4096;
+
+/// Walks a file's event headers, reading bodies only of the events it needs (format
+/// description, GTID list, ROTATE): it begins with the magic bytes, each event ends
+/// where its header says and inside the file, and the last one is the ROTATE or STOP a
+/// finished file ends with. Reads the file once, front to back, at disk speed: bodies
+/// are skipped inside the buffer, large ones by a seek.
+fn survey(path: &Path, stop: &AtomicBool) -> Result<Survey, SourceError> {
     let damaged = |offset: u64, reason: String| SourceError::ArchiveDamaged {
         file: path.to_path_buf(),
         offset,
@@ -129,13 +197,22 @@ fn check_whole(path: &Path) -> Result<(), SourceError> {
     };
     let file = File::open(path).map_err(unreadable)?;
     let size = file.metadata().map_err(unreadable)?.len();
-    let mut input = BufReader::with_capacity(64 << 10, file);
+    let mut input = BufReader::with_capacity(1 << 20, file);
     let mut magic = [0u8; 4];
     if input.read_exact(&mut magic).is_err() || &magic != MAGIC {
         return Err(damaged(0, "not a binlog file (no magic bytes)".into()));
     }
-    let (mut at, mut last_type) = (4u64, None);
+    let mut decoder = EventStreamReader::new(BinlogVersion::Version4);
+    let mut found = Survey::default();
+    let (mut at, mut last_type, mut events) = (4u64, None, 0u64);
     while at < size {
+        events += 1;
+        if events % STOP_CHECK_EVERY == 0 && stop.load(Ordering::Relaxed) {
+            return Err(SourceError::ArchiveCheckStopped {
+                file: path.to_path_buf(),
+                offset: at,
+            });
+        }
         let left = size - at;
         if left < HEADER_LEN as u64 {
             return Err(damaged(
@@ -169,17 +246,57 @@ fn check_whole(path: &Path) -> Result<(), SourceError> {
                 ),
             ));
         }
-        input
-            .seek(SeekFrom::Current((event_size - HEADER_LEN as u64) as i64))
-            .map_err(|e| damaged(at, e.to_string()))?;
+        let event_type = header[4];
+        let body_len = event_size - HEADER_LEN as u64;
+        if [FORMAT_DESCRIPTION, GTID_LIST, ROTATE].contains(&event_type) {
+            let mut bytes = header.to_vec();
+            bytes.resize(event_size as usize, 0);
+            input
+                .read_exact(&mut bytes[HEADER_LEN..])
+                .map_err(|e| damaged(at, e.to_string()))?;
+            let event = decoder
+                .read(&bytes[..])
+                .map_err(|e| damaged(at, format!("event does not decode: {e}")))?
+                .ok_or_else(|| damaged(at, "empty event".into()))?;
+            match event_type {
+                FORMAT_DESCRIPTION => found.server_id = Some(event.header().server_id()),
+                GTID_LIST => {
+                    let list = super::mariadb::parse_gtid_list(event.data())
+                        .ok_or_else(|| damaged(at, "GTID list event does not decode".into()))?;
+                    let mut state = MariaGtidState::default();
+                    list.into_iter().for_each(|gtid| state.apply(gtid));
+                    found.gtid_list = Some(state);
+                }
+                _ => {
+                    let rotate = event
+                        .read_event::<RotateEvent<'_>>()
+                        .map_err(|e| damaged(at, format!("ROTATE event does not decode: {e}")))?;
+                    found.rotates_to = Some(rotate.name().into_owned());
+                }
+            }
+        } else {
+            input
+                .seek_relative(body_len as i64)
+                .map_err(|e| damaged(at, e.to_string()))?;
+        }
         at += event_size;
-        last_type = Some(header[4]);
+        last_type = Some(event_type);
     }
     match last_type {
-        Some(t) if t == EventType::ROTATE_EVENT as u8 || t == EventType::STOP_EVENT as u8 => Ok(()),
+        Some(ROTATE) => Ok(found),
+        Some(STOP) => Ok(Survey {
+            rotates_to: None,
+            ..found
+        }),
         _ => Err(damaged(at, UNFINISHED.into())),
     }
 }
+
+const FORMAT_DESCRIPTION: u8 = EventType::FORMAT_DESCRIPTION_EVENT as u8;
+const ROTATE: u8 = EventType::ROTATE_EVENT as u8;
+const STOP: u8 = EventType::STOP_EVENT as u8;
+/// MariaDB's GTID_LIST_EVENT, which mysql_common names no type for.
+const GTID_LIST: u8 = 163;
 
 /// Why a file that ends without ROTATE or STOP cannot be trusted to be whole.
 const UNFINISHED: &str = "it ends without the ROTATE or STOP event a finished binlog file ends with: cut short, or copied while the server still wrote it";
@@ -215,7 +332,15 @@ pub struct ArchiveEvents {
     /// Finished files must end with ROTATE or STOP (a range handed over to the server);
     /// off for a single recorded file read to its end.
     require_finished: bool,
+    /// The server's file after the last archived one, which its ROTATE must name.
+    then: Option<BinlogFile>,
     current: Option<OpenFile>,
+    /// A file's final ROTATE, handed on only once the file named is known to follow:
+    /// the reader moves its position (and may checkpoint) at a ROTATE, and a position
+    /// in a file that is not read next skips what lies between.
+    held_rotate: Option<Event>,
+    /// The event read after a held ROTATE that turned out not to be its file's last.
+    after_held: Option<Event>,
 }
 
 impl ArchiveEvents {
@@ -225,13 +350,28 @@ impl ArchiveEvents {
             files: files.into(),
             start,
             require_finished,
+            then: None,
             current: None,
+            held_rotate: None,
+            after_held: None,
+        }
+    }
+
+    /// The server streams on from `file` after the last archived file, whose ROTATE
+    /// must name it.
+    pub fn followed_by(self, file: BinlogFile) -> Self {
+        Self {
+            then: Some(file),
+            ..self
         }
     }
 
     /// The next item; `None` once every file is read to its end.
     pub fn next(&mut self) -> Option<Result<BinlogItem, SourceError>> {
         loop {
+            if let Some(event) = self.after_held.take() {
+                return Some(Ok(BinlogItem::Event(event)));
+            }
             if self.current.is_none() {
                 let (name, path) = self.files.pop_front()?;
                 let first = name == self.start.file;
@@ -247,13 +387,35 @@ impl ArchiveEvents {
             }
             let file = self.current.as_mut().expect("opened above");
             match file.next() {
-                Ok(Some(event)) => return Some(Ok(BinlogItem::Event(event))),
+                Ok(Some(event)) => {
+                    let is_rotate = event.header().event_type_raw() == ROTATE;
+                    match (self.held_rotate.take(), is_rotate) {
+                        (None, false) => return Some(Ok(BinlogItem::Event(event))),
+                        (None, true) => self.held_rotate = Some(event),
+                        // A ROTATE that was not its file's last event names nothing to
+                        // check: handed on before what followed it.
+                        (Some(held), true) => {
+                            self.held_rotate = Some(event);
+                            return Some(Ok(BinlogItem::Event(held)));
+                        }
+                        (Some(held), false) => {
+                            self.after_held = Some(event);
+                            return Some(Ok(BinlogItem::Event(held)));
+                        }
+                    }
+                }
                 Ok(None) => {
                     let file = self.current.take().expect("opened above");
                     let next = self.files.front().map(|(name, _)| name);
-                    let must_finish = self.require_finished || next.is_some();
+                    let last = next.is_none();
+                    let next = next.or(self.then.as_ref());
+                    let must_finish = self.require_finished || !last;
                     if let Err(e) = file.finished(must_finish, next) {
+                        self.held_rotate = None;
                         return Some(Err(e));
+                    }
+                    if let Some(rotate) = self.held_rotate.take() {
+                        return Some(Ok(BinlogItem::Event(rotate)));
                     }
                 }
                 Err(e) => return Some(Err(e)),
@@ -444,12 +606,10 @@ impl OpenFile {
     /// At the end of the file: a finished file ends with ROTATE (to the next file, when
     /// there is one) or STOP.
     fn finished(self, must_finish: bool, next: Option<&BinlogFile>) -> Result<(), SourceError> {
-        const ROTATE: u8 = EventType::ROTATE_EVENT as u8;
-        const STOP: u8 = EventType::STOP_EVENT as u8;
         match (self.last_type, &self.rotates_to, next) {
             (Some(ROTATE), Some(to), Some(next)) if to != next.name() => Err(self.damaged(
                 self.at,
-                format!("it rotates to {to}, but the archive's next file is {next}"),
+                format!("it rotates to {to}, but the file read after it is {next}"),
             )),
             (Some(ROTATE | STOP), _, _) => Ok(()),
             _ if !must_finish => Ok(()),

@@ -201,6 +201,9 @@ fn default_port() -> u16 {
     3306
 }
 
+/// MySQL's and MariaDB's largest `MASTER_HEARTBEAT_PERIOD`.
+const MAX_HEARTBEAT_SECS: u64 = 4_294_967;
+
 fn default_heartbeat_secs() -> u64 {
     2
 }
@@ -221,6 +224,12 @@ impl SourceConfig {
 
     /// What is wrong with these settings, if anything.
     pub fn check(&self) -> Result<(), String> {
+        if self.heartbeat_secs > MAX_HEARTBEAT_SECS {
+            return Err(format!(
+                "source.heartbeat_secs = {} is longer than a server accepts as a replica's heartbeat period ({MAX_HEARTBEAT_SECS} s, about 49 days); a few seconds is usual (a silent connection is dropped after three periods)",
+                self.heartbeat_secs
+            ));
+        }
         if self.server_id == 0 {
             return Err(
                 "source.server_id must be non-zero and unique among the server's replicas".into(),

@@ -88,6 +88,16 @@ pub enum SourceError {
         offset: u64,
         reason: String,
     },
+    #[error("archived binlog file {file} is not part of the checkpoint's history: {reason}. The router stops before reading anything, so the checkpoint stays where it was: put the server's own copy there and start again; without one, recover the rows from the outbox table (`outbox-router recover`)")]
+    ArchiveForeign {
+        file: std::path::PathBuf,
+        reason: String,
+    },
+    #[error("the check of archived binlog file {file} was stopped at offset {offset} (shutdown); nothing was read")]
+    ArchiveCheckStopped {
+        file: std::path::PathBuf,
+        offset: u64,
+    },
     #[error("cannot read the binlog archive at {path}: {source}")]
     ArchiveRead {
         path: std::path::PathBuf,
@@ -122,6 +132,8 @@ impl SourceError {
             | SourceError::ForeignPosition { .. }
             | SourceError::ArchiveIncomplete { .. }
             | SourceError::ArchiveDamaged { .. }
+            | SourceError::ArchiveForeign { .. }
+            | SourceError::ArchiveCheckStopped { .. }
             | SourceError::ArchiveRead { .. }
             | SourceError::Unexpected(_)
             | SourceError::Password(_) => false,

@@ -53,6 +53,10 @@ pub fn parse_gtid(data: &[u8], server_id: u32) -> Option<GtidEvent> {
 /// domain u32, server u32, seq u64, all LE.
 pub fn parse_gtid_list(data: &[u8]) -> Option<Vec<MariaGtid>> {
     let count = u32::from_le_bytes(data.get(0..4)?.try_into().ok()?) & 0x0fff_ffff;
+    // The count is the event's word: a damaged one must not reserve gigabytes.
+    if count as usize > data.len().saturating_sub(4) / 16 {
+        return None;
+    }
     let mut out = Vec::with_capacity(count as usize);
     for i in 0..count as usize {
         let at = 4 + i * 16;
@@ -85,6 +89,10 @@ mod tests {
         l.extend(77u64.to_le_bytes());
         assert_eq!(parse_gtid_list(&l).unwrap()[0].to_string(), "0-1-77");
         assert!(parse_gtid_list(&l[..10]).is_none());
+        // A damaged count (2^28 - 1 GTIDs in 20 bytes) is refused before any allocation.
+        let mut damaged = l.clone();
+        damaged[0..4].copy_from_slice(&0x0fff_ffffu32.to_le_bytes());
+        assert!(parse_gtid_list(&damaged).is_none());
     }
 }
 

@@ -45,6 +45,36 @@ fn altered_copy(archive: &Path, name: &str, change: impl Fn(&Path)) -> PathBuf {
     dir
 }
 
+/// Rewrites the events of type `event_type` in the binlog file at `path` with `change`
+/// (given the whole event, CRC32 trailer included), then recomputes each one's CRC32,
+/// as a copy edited by a tool (or a foreign file renamed) would look.
+fn rewrite_events(path: &Path, event_type: u8, change: impl Fn(&mut [u8])) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let mut at = 4;
+    let mut changed = 0;
+    while at + 19 <= bytes.len() {
+        let size = u32::from_le_bytes(bytes[at + 9..at + 13].try_into().unwrap()) as usize;
+        if bytes[at + 4] == event_type {
+            let event = &mut bytes[at..at + size];
+            change(event);
+            let crc = crc32fast::hash(&event[..size - 4]);
+            event[size - 4..].copy_from_slice(&crc.to_le_bytes());
+            changed += 1;
+        }
+        at += size;
+    }
+    assert!(
+        changed > 0,
+        "no event of type {event_type} in {}",
+        path.display()
+    );
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// ROTATE, FORMAT_DESCRIPTION.
+const ROTATE: u8 = 4;
+const FORMAT_DESCRIPTION: u8 = 15;
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_purged_range_is_read_from_archived_binlog_files() {
     let _settings = SERVER_SETTINGS.write().await;
@@ -146,6 +176,60 @@ async fn a_purged_range_is_read_from_archived_binlog_files() {
         checkpoint,
         "a refused start moved the checkpoint"
     );
+
+    // The checkpoint's file rotating past the next one (a mislabelled or foreign copy:
+    // its ROTATE names the file after next, CRC recomputed). The reader stopped loudly at
+    // the end of that file, but only after checkpointing the named file's start: the
+    // next start streamed from there and the skipped file's events never arrived. Now the
+    // range is refused before anything is read, by position and by GTID alike, and the
+    // checkpoint stays where it was.
+    let (skipped, named) = (files[1].clone(), files[2].clone());
+    let mislabelled = altered_copy(&archive, "mislabelled", |d| {
+        rewrite_events(&d.join(&checkpoint.0), ROTATE, |event| {
+            let end = event.len() - 4;
+            let name = &mut event[19 + 8..end];
+            assert_eq!(name, skipped.as_bytes(), "same-length names");
+            name.copy_from_slice(named.as_bytes());
+        })
+    });
+    for resume_by in ["position", "gtid", "auto", "position"] {
+        setup.source_toml = format!("archive_dir = {mislabelled:?}\nresume_by = \"{resume_by}\"\n");
+        let mut router = setup.start_router();
+        let log = router.expect_failure("an archived file rotating past the next one");
+        assert!(
+            log.contains(&format!(
+                "it rotates to {named}, but the file after it is {skipped}"
+            )),
+            "resume_by {resume_by}: the mislabelled file is named:\n{log}"
+        );
+        assert_eq!(
+            count(&topics),
+            50,
+            "resume_by {resume_by}: nothing delivered"
+        );
+        assert_eq!(
+            setup.checkpoint().unwrap(),
+            checkpoint,
+            "resume_by {resume_by}: a refused start moved the checkpoint"
+        );
+    }
+
+    // A file written by another server (its format description's server id), renamed
+    // into the sequence: refused the same way.
+    let foreign = altered_copy(&archive, "foreign", |d| {
+        rewrite_events(&d.join(&skipped), FORMAT_DESCRIPTION, |event| {
+            event[5..9].copy_from_slice(&4242u32.to_le_bytes())
+        })
+    });
+    setup.source_toml = format!("archive_dir = {foreign:?}\n");
+    let mut router = setup.start_router();
+    let log = router.expect_failure("an archived file of another server");
+    assert!(
+        log.contains("written by server_id 4242") && log.contains(&skipped),
+        "{log}"
+    );
+    assert_eq!(count(&topics), 50);
+    assert_eq!(setup.checkpoint().unwrap(), checkpoint);
 
     // The whole archive: every event once, with its id, then the server's own.
     setup.source_toml = format!("archive_dir = {:?}\n", archive);

@@ -449,32 +449,54 @@ async fn a_stop_while_kafka_is_unreachable_is_bounded_by_the_shutdown_timeout() 
 }
 
 /// Exactly-once mode with no commit marker and an empty store (a recreated checkpoint
-/// topic, a renamed transactional id, a deleted marker, or the Kubernetes recipe's
-/// `run --init` on an empty volume) began at `source.start` without a word: events
-/// committed before it were never published. Now it refuses until `checkpoint init`
-/// records a first start on the topic; a lost store with a marker resumes at the marker.
-/// A checkpoint topic of the wrong shape is refused.
+/// topic, a renamed transactional id, a deleted marker, or `run --init` on an empty
+/// volume) began at `source.start` without a word: events committed before it were
+/// never published. Then it refused every `run --init`, the chart's first install
+/// included. Now `run` refuses until a first start is recorded; `run --init` records it
+/// where no position exists anywhere and refuses where one may have existed (a store
+/// without a marker, a deleted marker), leaving the checkpoint where it was; a lost
+/// store with a marker resumes at the marker. A checkpoint topic of the wrong shape is
+/// refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn exactly_once_first_start_is_explicit_and_its_topic_checked() {
     let _settings = SERVER_SETTINGS.read().await;
     let (mut conn, mut setup) = fresh("eos_first").await;
     let db = setup.db.clone();
-    setup.delivery(Some(&exactly_once_delivery("eos_first", false)));
     let topics = vec![setup.topic("Order")];
 
-    let refused = setup.cli(&["run", "--init"]);
+    let pid = std::process::id();
+    let fresh_topic = format!("it.checkpoints.eos_first_run.{pid}");
+    let swap = |setup: &mut RouterSetup, topic: &str| {
+        setup.extra_toml = format!(
+            "[delivery]\nmode = \"exactly-once\"\ntransactional_id = \"it-eos_first-{pid}\"\ncheckpoint_topic = \"{topic}\"\n"
+        );
+    };
+    // An empty store made in at-least-once mode (exactly-once's `checkpoint init` would
+    // record a first start), then `run` alone against a topic nobody used.
+    setup.extra_toml.clear();
+    assert!(setup.cli(&["checkpoint", "init"]).status.success());
+    swap(&mut setup, &fresh_topic);
+    let refused = setup.cli(&["run"]);
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(
         !refused.status.success()
             && err.contains("found no commit marker")
-            && err.contains("checkpoint init"),
+            && err.contains("run --init"),
         "{err}"
     );
-    let init = setup.cli(&["checkpoint", "init"]);
-    assert!(init.status.success(), "{init:?}");
-    let mut router = setup.start_router();
+
+    // The chart's first install: `run --init` on an empty volume and an empty topic.
+    let _ = std::fs::remove_dir_all(setup.dir.path().join("checkpoint"));
+    let mut router = setup.start_router_with(&[], &["--init"]);
     sql(&mut conn, &[insert_sql(&db, "eos-1")]).await;
-    drain_and_stop(&mut router, &topics, 1);
+    let log = drain_and_stop(&mut router, &topics, 1);
+    assert!(
+        log.contains("recorded the first exactly-once start on the checkpoint topic"),
+        "{log}"
+    );
+    let delivered = setup
+        .checkpoint()
+        .expect("a checkpoint after the first run");
 
     // The store lost (an empty volume): the marker on Kafka is where it resumes.
     std::fs::remove_dir_all(setup.dir.path().join("checkpoint")).unwrap();
@@ -483,6 +505,55 @@ async fn exactly_once_first_start_is_explicit_and_its_topic_checked() {
     let log = drain_and_stop(&mut router, &topics, 2);
     let ids: Vec<String> = read_all(&topics).iter().map(Msg::id).collect();
     assert_eq!(ids, ["eos-1", "eos-2"], "{log}");
+    let delivered = setup.checkpoint().unwrap_or(delivered);
+
+    // The marker lost, the store kept (a recreated topic): refused, store untouched.
+    sql(&mut conn, &[insert_sql(&db, "eos-3")]).await;
+    swap(&mut setup, &format!("{fresh_topic}.recreated"));
+    for args in [&["--init"][..], &[]] {
+        let mut router = setup.start_router_with(&[], args);
+        let log = router.expect_failure("a store without a commit marker");
+        assert!(
+            log.contains("but the checkpoint store") && log.contains("checkpoint set"),
+            "run {args:?}: {log}"
+        );
+        assert_eq!(setup.checkpoint(), Some(delivered.clone()), "run {args:?}");
+    }
+
+    // The marker deleted (a tombstone under its key), the store lost: refused.
+    swap(&mut setup, &fresh_topic);
+    let producer: rdkafka::producer::BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .create()
+        .unwrap();
+    let key = format!("it-eos_first-{pid}");
+    producer
+        .send(
+            rdkafka::producer::BaseRecord::<str, [u8]>::to(&fresh_topic)
+                .partition(0)
+                .key(&key),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    rdkafka::producer::Producer::flush(&producer, Duration::from_secs(10)).unwrap();
+    std::fs::remove_dir_all(setup.dir.path().join("checkpoint")).unwrap();
+    let mut router = setup.start_router_with(&[], &["--init"]);
+    let log = router.expect_failure("a deleted commit marker");
+    assert!(
+        log.contains("tombstone") && log.contains("not a first start"),
+        "{log}"
+    );
+    let init = setup.cli(&["checkpoint", "init"]);
+    assert!(
+        !init.status.success(),
+        "checkpoint init over a deleted marker: {init:?}"
+    );
+    let ids: Vec<String> = read_all(&topics).iter().map(Msg::id).collect();
+    assert_eq!(
+        ids,
+        ["eos-1", "eos-2"],
+        "nothing published past the refusals"
+    );
 
     // Checkpoint topics the router did not make: three partitions, then delete-only.
     let admin = crate::topics::admin();

@@ -358,3 +358,104 @@ async fn leader_cut_from_kafka_standby_takes_over() {
     wait_streaming(p.b.monitor_port, Duration::from_secs(60), &b).await;
     finish(&p, &mut b, writer, "leader cut from Kafka").await;
 }
+
+/// Exactly-once ordered the local store and the commit marker by the wall clock that
+/// wrote them. With separate volumes, an instance whose clock ran ahead by more than the
+/// other's leadership resumed from its own stale store after each takeover back, and
+/// re-published what the other had committed meanwhile: duplicates for `read_committed`
+/// consumers. Commit numbers carried in both order them now; `a`'s wall clock (every
+/// checkpoint time it writes) runs a day ahead, and leadership moves back and forth
+/// `IT_EOS_CYCLES` times.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clock_running_ahead_changes_nothing_across_takeovers() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let p = pair("ha_clock").await;
+    let ahead = [("FAILPOINTS", "clock.wall_offset_ms=return(86400000)")];
+    let mut a = p.a.start_router_env(&ahead);
+    wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
+    let mut b = p.b.start_router();
+    wait_standby_ready(p.b.monitor_port, &b).await;
+    let writer = Writer::start(&p.a.db);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cycles: usize = std::env::var("IT_EOS_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    for cycle in 0..cycles {
+        // a (ahead) stops with its store written "tomorrow"; b leads.
+        let status = a.stop(Duration::from_secs(60));
+        assert!(status.success(), "{status}:\n{}", a.log());
+        wait_streaming(p.b.monitor_port, Duration::from_secs(60), &b).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        a = p.a.start_router_env(&ahead);
+        wait_standby_ready(p.a.monitor_port, &a).await;
+        // b stops; a takes over and must resume at b's marker, not its own store.
+        let status = b.stop(Duration::from_secs(60));
+        assert!(status.success(), "{status}:\n{}", b.log());
+        wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        b = p.b.start_router();
+        wait_standby_ready(p.b.monitor_port, &b).await;
+        println!("clock ahead: cycle {} of {cycles} done", cycle + 1);
+    }
+    finish(&p, &mut a, writer, "a clock a day ahead").await;
+    assert!(
+        a.log()
+            .contains("resuming from the last committed Kafka transaction"),
+        "{}",
+        a.log()
+    );
+}
+
+/// The standby shape's first install as the chart runs it: empty volumes, a checkpoint
+/// topic and transactional id nobody used, both instances started at once with `run
+/// --init`. Both exited 1 ("found no commit marker"), so every pod crash-looped. Now
+/// the first start is recorded, both agree on one start position (one leads, the other
+/// stands by), and a takeover after kill -9 loses and repeats nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn first_install_of_the_standby_shape_with_run_init() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let p = pair("ha_first").await;
+    let mut a = p.a.start_router_with(&[], &["--init"]);
+    let mut b = p.b.start_router_with(&[], &["--init"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let a_leads = loop {
+        for (who, name) in [(&mut a, "a"), (&mut b, "b")] {
+            if let Some(status) = who.wait(Duration::ZERO) {
+                panic!("{name} exited on first install: {status}\n{}", who.log());
+            }
+        }
+        if streams(p.a.monitor_port).await {
+            break true;
+        }
+        if streams(p.b.monitor_port).await {
+            break false;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nobody leads:\n{}\n{}",
+            a.log(),
+            b.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (leader, standby, leader_setup, standby_setup) = match a_leads {
+        true => (&mut a, &mut b, &p.a, &p.b),
+        false => (&mut b, &mut a, &p.b, &p.a),
+    };
+    wait_standby_ready(standby_setup.monitor_port, standby).await;
+    let writer = Writer::start(&p.a.db);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    leader.kill9();
+    wait_streaming(standby_setup.monitor_port, Duration::from_secs(90), standby).await;
+    // The killed pod restarts with the same command.
+    *leader = leader_setup.start_router_with(&[], &["--init"]);
+    wait_standby_ready(leader_setup.monitor_port, leader).await;
+    let logs = format!("{}\n{}", a.log(), b.log());
+    let recorded = logs
+        .matches("recorded the first exactly-once start")
+        .count();
+    assert!(recorded >= 1, "{logs}");
+    let new_leader = if a_leads { &mut b } else { &mut a };
+    finish(&p, new_leader, writer, "first install with run --init").await;
+}

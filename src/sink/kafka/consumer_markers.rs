@@ -37,9 +37,44 @@ pub struct Newest {
     pub value: Option<Vec<u8>>,
 }
 
+/// What one partition of a compacted topic holds for some keys.
+#[derive(Debug)]
+pub(super) struct KeysRead {
+    /// The newest record of each key asked for, in the order asked.
+    pub(super) newest: Vec<Option<Newest>>,
+    /// The partition's log start offset: above 0, records were deleted from its head
+    /// (`DeleteRecords`, or retention on a `compact,delete` topic).
+    pub(super) log_start: i64,
+}
+
 /// The newest record on `partition` of `topic` whose key `wanted` accepts, as a
 /// `read_committed` consumer sees it; `None` when the topic, the partition or such a
 /// record does not exist.
+pub fn newest(
+    cfg: &KafkaConfig,
+    topic: &str,
+    partition: i32,
+    wanted: impl Fn(&[u8]) -> bool,
+) -> Result<Option<Newest>, SinkError> {
+    let read = read_keys(cfg, topic, partition, 1, |k| wanted(k).then_some(0))?;
+    Ok(read.and_then(|mut r| r.newest.pop().flatten()))
+}
+
+/// The newest record of each of `keys` on `partition` of `topic`; `None` when the topic
+/// or the partition does not exist.
+pub(super) fn newest_of_keys(
+    cfg: &KafkaConfig,
+    topic: &str,
+    partition: i32,
+    keys: &[&[u8]],
+) -> Result<Option<KeysRead>, SinkError> {
+    read_keys(cfg, topic, partition, keys.len(), |k| {
+        keys.iter().position(|wanted| *wanted == k)
+    })
+}
+
+/// The newest record of each of `slots` keys (`slot_of` says which key is whose), as a
+/// `read_committed` consumer sees them.
 ///
 /// The exactly-once resume calls it after `init_transactions`, so every transaction of
 /// ours is decided. The partition's end is asked with `read_uncommitted`: a
@@ -47,12 +82,13 @@ pub struct Newest {
 /// transaction on a shared topic holds back — below our newest records. The read then
 /// goes on until the position passes that end, waiting for such a transaction to be
 /// decided.
-pub fn newest(
+fn read_keys(
     cfg: &KafkaConfig,
     topic: &str,
     partition: i32,
-    wanted: impl Fn(&[u8]) -> bool,
-) -> Result<Option<Newest>, SinkError> {
+    slots: usize,
+    slot_of: impl Fn(&[u8]) -> Option<usize>,
+) -> Result<Option<KeysRead>, SinkError> {
     let failed = |reason: String| SinkError::ReadBack {
         topic: topic.to_string(),
         reason,
@@ -81,8 +117,12 @@ pub fn newest(
         }
         Err(e) => return Err(failed(format!("watermarks: {e}"))),
     };
+    let nothing = || (0..slots).map(|_| None).collect::<Vec<Option<Newest>>>();
     if end <= low {
-        return Ok(None);
+        return Ok(Some(KeysRead {
+            newest: nothing(),
+            log_start: low,
+        }));
     }
     let reader = consumer("read_committed")?;
     let (warn_at, mut warned) = (Instant::now() + WARN_AFTER, false);
@@ -94,7 +134,7 @@ pub fn newest(
         tpl.add_partition_offset(topic, partition, Offset::Offset(start))
             .map_err(|e| failed(e.to_string()))?;
         reader.assign(&tpl).map_err(|e| failed(e.to_string()))?;
-        let mut found = None;
+        let mut found = nothing();
         // The position steps over control records and aborted records too, so it
         // reaches `end` even when the partition ends in a commit marker.
         while !position_reached(&reader, topic, partition, end) {
@@ -110,20 +150,25 @@ pub fn newest(
             }
             match reader.poll(Duration::from_millis(100)) {
                 Some(Err(e)) => return Err(failed(e.to_string())),
-                Some(Ok(m)) if m.key().is_some_and(&wanted) => {
-                    found = Some(Newest {
-                        key: m.key().unwrap_or_default().to_vec(),
-                        value: m.payload().map(<[u8]>::to_vec),
-                    });
+                Some(Ok(m)) => {
+                    if let Some(slot) = m.key().and_then(&slot_of) {
+                        found[slot] = Some(Newest {
+                            key: m.key().unwrap_or_default().to_vec(),
+                            value: m.payload().map(<[u8]>::to_vec),
+                        });
+                    }
                 }
-                None | Some(Ok(_)) => {}
+                None => {}
             }
         }
-        if found.is_some() || start == low {
-            return Ok(found);
+        if found.iter().all(Option::is_some) || start == low {
+            return Ok(Some(KeysRead {
+                newest: found,
+                log_start: low,
+            }));
         }
     }
-    Ok(None)
+    unreachable!("the last look back starts at the log start")
 }
 
 /// Reports client errors through the log, once each.

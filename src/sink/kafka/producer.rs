@@ -29,6 +29,18 @@ pub struct KafkaSink {
 }
 
 impl KafkaSink {
+    /// The exactly-once producer's `transaction.timeout.ms` as configured: the
+    /// property, else `message.timeout.ms` (librdkafka requires message.timeout.ms <=
+    /// transaction.timeout.ms).
+    pub fn transaction_timeout_ms(cfg: &KafkaConfig) -> u64 {
+        let client = client_config(cfg);
+        client
+            .get("transaction.timeout.ms")
+            .or_else(|| client.get("message.timeout.ms"))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(300_000)
+    }
+
     /// Creates the producer (does not contact the brokers yet); deliveries, their
     /// failures and librdkafka's statistics are reported to `metrics`.
     pub fn new(
@@ -40,19 +52,9 @@ impl KafkaSink {
         let mut client = client_config(cfg);
         if delivery.exactly_once() {
             client.set("transactional.id", &delivery.transactional_id);
-            // librdkafka requires message.timeout.ms <= transaction.timeout.ms.
-            if !cfg.properties.contains_key("transaction.timeout.ms") {
-                let message_timeout = client
-                    .get("message.timeout.ms")
-                    .unwrap_or("300000")
-                    .to_string();
-                client.set("transaction.timeout.ms", message_timeout);
-            }
+            let configured = Self::transaction_timeout_ms(cfg);
+            client.set("transaction.timeout.ms", configured.to_string());
             // Raised after a transaction outlived it (see `outlived_transaction_timeout`).
-            let configured: u64 = client
-                .get("transaction.timeout.ms")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(60_000);
             let raised = TRANSACTION_TIMEOUT_RAISED_MS.load(Ordering::Relaxed);
             if raised > configured {
                 client.set("transaction.timeout.ms", raised.to_string());

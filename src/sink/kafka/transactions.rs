@@ -197,14 +197,33 @@ impl KafkaSink {
         super::consumer_markers::last(cfg, &delivery.checkpoint_topic, &delivery.transactional_id)
     }
 
-    /// True when `checkpoint init` allowed exactly-once mode's first start for this
-    /// transactional id (a record under its own key beside the markers).
-    pub fn first_start_allowed(
+    /// What the checkpoint topic holds for `delivery.transactional_id`: its newest commit
+    /// marker, else whether one was deleted and whether a first start was recorded.
+    pub fn marker_history(
         cfg: &KafkaConfig,
         delivery: &DeliveryConfig,
-    ) -> Result<bool, SinkError> {
-        let key = first_start_key(delivery);
-        Ok(super::consumer_markers::last(cfg, &delivery.checkpoint_topic, &key)?.is_some())
+    ) -> Result<MarkerHistory, SinkError> {
+        let topic = &delivery.checkpoint_topic;
+        if let Some(marker) = Self::last_marker(cfg, delivery)? {
+            return Ok(MarkerHistory {
+                marker: Some(marker),
+                ..MarkerHistory::default()
+            });
+        }
+        // No marker: a first start, or one lost. The whole partition is read for the
+        // evidence (compaction keeps it small).
+        let first_start = first_start_key(delivery);
+        let keys = [delivery.transactional_id.as_bytes(), first_start.as_bytes()];
+        let Some(read) = super::consumer_markers::newest_of_keys(cfg, topic, 0, &keys)? else {
+            return Ok(MarkerHistory::default());
+        };
+        let [marker, first_start] = <[_; 2]>::try_from(read.newest).expect("two keys asked");
+        Ok(MarkerHistory {
+            marker: marker.as_ref().and_then(|m| m.value.clone()),
+            marker_deleted: marker.is_some_and(|m| m.value.is_none()),
+            first_start_recorded: first_start.is_some(),
+            head_deleted_from: (read.log_start > 0).then_some(read.log_start),
+        })
     }
 
     /// Creates the checkpoint topic, or checks the shape of the one there.
@@ -215,8 +234,9 @@ impl KafkaSink {
         TopicCreator::new(cfg)?.ensure_compacted(&delivery.checkpoint_topic, "checkpoint")
     }
 
-    /// Records that a first start at `source.start` is intended (`checkpoint init` in
-    /// exactly-once mode). Under its own key, so it can never hide a commit marker.
+    /// Records that a first start at `source.start` is intended (`checkpoint init` or
+    /// `run --init` in exactly-once mode). Under its own key, so it can never hide a
+    /// commit marker.
     pub async fn allow_first_start(
         cfg: &KafkaConfig,
         delivery: &DeliveryConfig,
@@ -225,7 +245,7 @@ impl KafkaSink {
         let producer: FutureProducer = client_config(cfg).create().map_err(SinkError::Create)?;
         let key = first_start_key(delivery);
         let value = format!(
-            "first start allowed by `checkpoint init` at unix ms {}",
+            "first start recorded at unix ms {}",
             crate::checkpoint::now_ms()
         );
         let record = rdkafka::producer::FutureRecord::to(topic)
@@ -245,6 +265,20 @@ impl KafkaSink {
             }),
         }
     }
+}
+
+/// What the checkpoint topic says of one transactional id's commit markers.
+#[derive(Debug, Default)]
+pub struct MarkerHistory {
+    /// The newest commit marker (encoded checkpoint).
+    pub marker: Option<Vec<u8>>,
+    /// The newest record under the marker's key is a tombstone: a marker existed.
+    pub marker_deleted: bool,
+    /// A first start at `source.start` was recorded (`checkpoint init`, `run --init`).
+    pub first_start_recorded: bool,
+    /// Records were deleted from the head of the topic, below this offset: they may
+    /// have been markers.
+    pub head_deleted_from: Option<i64>,
 }
 
 /// The key of `checkpoint init`'s first-start record: beside the markers, never theirs.

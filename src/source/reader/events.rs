@@ -32,6 +32,9 @@ pub(super) struct Handover {
     conn: Conn,
     server_id: u32,
     file: BinlogFile,
+    /// To prepare a new connection when the first one did not survive the archive read.
+    flavor: Flavor,
+    heartbeat: Duration,
 }
 
 impl EventSource {
@@ -50,9 +53,11 @@ impl EventSource {
                     return Some(item);
                 }
                 let Handover {
-                    conn,
+                    mut conn,
                     server_id,
                     file,
+                    flavor,
+                    heartbeat,
                 } = then.take()?;
                 let from = Position {
                     file: file.clone(),
@@ -60,6 +65,17 @@ impl EventSource {
                     gtid: at.gtid.clone(),
                 };
                 tracing::info!(archive_read_to = %at, server_from = %from, "archived binlog read: the server streams on from the oldest file it holds");
+                // Tests hold the handover here (`sleep(MS)`) to outlast the connection.
+                fail::fail_point!("archive.before_handover");
+                // The connection sat idle for the whole archive read: past the server's
+                // wait_timeout it is gone, which is no reason to fail.
+                if conn.ping().await.is_err() {
+                    tracing::info!(server_from = %from, "the replica connection idle during the archive read was closed: connecting again");
+                    conn = match reconnect(&conn, flavor, heartbeat).await {
+                        Ok(c) => c,
+                        Err(e) => return Some(Err(e)),
+                    };
+                }
                 let request = BinlogStreamRequest::new(server_id)
                     .with_filename(file.name().as_bytes())
                     .with_pos(4);
@@ -152,11 +168,15 @@ impl BinlogReader {
         heartbeat: Duration,
     ) -> Result<Self, SourceError> {
         let checksums_on = prepare(&mut conn, flavor, heartbeat).await?;
-        let events = Box::new(ArchiveEvents::new(files, start.clone(), true));
+        let events = Box::new(
+            ArchiveEvents::new(files, start.clone(), true).followed_by(server_from.clone()),
+        );
         let then = Some(Handover {
             conn,
             server_id,
             file: server_from,
+            flavor,
+            heartbeat,
         });
         Ok(Self::reading(
             EventSource::Archive { events, then },
@@ -167,6 +187,18 @@ impl BinlogReader {
             checksums_on,
         ))
     }
+}
+
+/// A new connection with `old`'s options, readied as a replica.
+async fn reconnect(old: &Conn, flavor: Flavor, heartbeat: Duration) -> Result<Conn, SourceError> {
+    let mut conn = Conn::new(old.opts().clone())
+        .await
+        .map_err(|source| SourceError::Query {
+            query: "connect again after the archive read",
+            source,
+        })?;
+    prepare(&mut conn, flavor, heartbeat).await?;
+    Ok(conn)
 }
 
 /// Readies `conn` to be a replica: MariaDB's GTID events, heartbeats. Returns whether

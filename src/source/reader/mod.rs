@@ -85,7 +85,9 @@ impl BinlogReader {
             at: start,
             watched: watched.to_vec(),
             table_ids: HashMap::new(),
-            read_timeout: heartbeat * 3 + Duration::from_secs(1),
+            read_timeout: heartbeat
+                .saturating_mul(3)
+                .saturating_add(Duration::from_secs(1)),
             by_gtid,
             seen_format_description: false,
             checksums_on,
@@ -364,6 +366,7 @@ impl BinlogReader {
         let Some(EventData::RotateEvent(rotate)) = self.read(event, u64::from(log_pos))? else {
             return Err(self.decode_error(u64::from(log_pos), "ROTATE event did not decode"));
         };
+
         let mut name = rotate.name_raw().to_vec();
         // The first (fake) rotate arrives before the format description, so the reader
         // does not yet know checksums are on and leaves the 4 CRC bytes in the name.
