@@ -284,7 +284,10 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let by_gtid = match archived {
         // Archived files are read by file position, and the server after them too.
         Some(_) => false,
-        None => start::resume_by_gtid(config, &mut conn, flavor, &checkpoint.position).await?,
+        None => start::resume_by_gtid(config, &mut conn, flavor, &checkpoint.position)
+            .await
+            // Another server's file name is not "purged" here: it was never here.
+            .or_else(|e| start::refuse_other_servers_file(&checkpoint, server_id).and(Err(e)))?,
     };
     if !by_gtid {
         start::refuse_other_servers_file(&checkpoint, server_id)?;

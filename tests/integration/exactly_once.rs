@@ -199,3 +199,47 @@ async fn old_commit_times_with_nothing_after_them_commit_at_once() {
     assert_eq!(ids, ["old-0", "old-1", "old-2"]);
     router.stop(Duration::from_secs(30));
 }
+
+/// A GTID connect: the server finds the file holding the checkpoint's GTID state and
+/// announces it with a rotate to its start (`FILE:4`), then skips the transactions the
+/// state covers. The reader took that rotate for a position and checkpointed `FILE:4`
+/// beside the GTID state: a later resume by position (the `auto` fallback, the archive
+/// path, a failover without GTIDs) re-published everything the file held before it —
+/// duplicates for `read_committed` consumers. Verified on the server: a quiet
+/// restart by GTID must not move the checkpoint back, and a resume by position after it
+/// must repeat nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gtid_connect_never_checkpoints_the_start_of_a_file_it_delivered() {
+    // No other test's transactions may move the checkpoint past the window.
+    let _settings = SERVER_SETTINGS.write().await;
+    let (mut conn, mut setup) = fresh("eos_gtid_file4").await;
+    let db = setup.db.clone();
+    setup.delivery(Some(&exactly_once_delivery("eos_gtid_file4", false)));
+    let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
+    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    setup.start_here(&mut conn).await;
+    write_mixed(&db, 0, 60, 20).await;
+    let mut router = setup.start_router();
+    drain_and_stop(&mut router, &topics, 60);
+    let delivered = setup.checkpoint().expect("checkpoint after delivery");
+
+    // Restarted by GTID with nothing new: connects, stays quiet, stops.
+    setup.source_toml = "resume_by = \"gtid\"\n".into();
+    let mut router = setup.start_router();
+    wait_http_ok(setup.monitor_port, "/ready", Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(router.stop(Duration::from_secs(30)).success());
+    let after = setup.checkpoint().expect("checkpoint after the quiet run");
+    assert!(
+        after.0 > delivered.0 || (after.0 == delivered.0 && after.1 >= delivered.1),
+        "a GTID connect moved the checkpoint back from {delivered:?} to {after:?}:\n{}",
+        router.log()
+    );
+
+    // Resumed by file position from there: nothing delivered again.
+    setup.source_toml = "resume_by = \"position\"\n".into();
+    write_mixed(&db, 60, 80, 20).await;
+    let mut router = setup.start_router();
+    drain_and_stop(&mut router, &topics, 80);
+    assert_eq!(check_stream(&topics, 80), 0, "read_committed duplicates");
+}

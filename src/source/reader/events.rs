@@ -136,7 +136,6 @@ impl BinlogReader {
             start,
             watched,
             heartbeat,
-            by_gtid,
             checksums_on,
         ))
     }
@@ -150,7 +149,7 @@ impl BinlogReader {
     ) -> Self {
         let events = Box::new(events);
         let source = EventSource::Archive { events, then: None };
-        Self::reading(source, start, watched, Duration::from_secs(1), false, false)
+        Self::reading(source, start, watched, Duration::from_secs(1), false)
     }
 
     /// Reads `files` (archived, see `source::archive`) from `start`, then streams from
@@ -183,7 +182,6 @@ impl BinlogReader {
             start,
             watched,
             heartbeat,
-            false,
             checksums_on,
         ))
     }

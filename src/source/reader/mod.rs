@@ -38,8 +38,6 @@ pub struct BinlogReader {
     /// Table id → the last TABLE_MAP for it, and the layout when the table is watched.
     table_ids: HashMap<u64, MappedTable>,
     read_timeout: Duration,
-    /// Joined by GTID state rather than file and offset.
-    by_gtid: bool,
     seen_format_description: bool,
     checksums_on: bool,
     /// Where groups begin and end.
@@ -76,7 +74,6 @@ impl BinlogReader {
         start: Position,
         watched: &[Pattern],
         heartbeat: Duration,
-        by_gtid: bool,
         checksums_on: bool,
     ) -> Self {
         Self {
@@ -88,7 +85,6 @@ impl BinlogReader {
             read_timeout: heartbeat
                 .saturating_mul(3)
                 .saturating_add(Duration::from_secs(1)),
-            by_gtid,
             seen_format_description: false,
             checksums_on,
             boundaries: Boundaries::default(),
@@ -383,8 +379,10 @@ impl BinlogReader {
         self.at.offset = rotate.position().max(4);
         // A fake rotate before the first format description only names the requested
         // file; later ones (e.g. after a server restart's STOP event) are real switches.
-        // Joined by GTID, the first one names the file where the server found our place:
-        // nothing committed lies between, so the checkpoint may move there.
-        Ok(log_pos != 0 || self.seen_format_description || self.by_gtid)
+        // Joined by GTID, the first one names the file where the server found our place
+        // and its start, not our place: the server then skips the transactions our GTID
+        // state covers, so `FILE:4` lies before what was delivered. The position moves
+        // with the first transaction the server sends.
+        Ok(log_pos != 0 || self.seen_format_description)
     }
 }

@@ -116,9 +116,11 @@ impl Kafka {
         let mut tpl = TopicPartitionList::new();
         let mut remaining: HashMap<(String, i32), i64> = HashMap::new();
         for t in topics {
-            let Ok(md) = c.fetch_metadata(Some(t), Duration::from_secs(5)) else {
-                continue;
-            };
+            // A topic skipped because its metadata did not come in time would read as
+            // a loss: asked again, and a failure is the harness's, said as such.
+            let md = retried(&format!("metadata of {t}"), || {
+                c.fetch_metadata(Some(t), Duration::from_secs(5))
+            });
             for topic in md.topics().iter().filter(|t| t.error().is_none()) {
                 for p in topic.partitions() {
                     let (lo, hi) = watermarks(&c, t, p.id());
@@ -219,15 +221,22 @@ fn consumer(bootstrap: &str) -> BaseConsumer {
 /// A partition's watermarks, asked again while its leader is not answering yet (a
 /// topic the router just created, a loaded machine).
 fn watermarks(c: &BaseConsumer, topic: &str, partition: i32) -> (i64, i64) {
+    retried(&format!("watermarks of {topic}/{partition}"), || {
+        c.fetch_watermarks(topic, partition, Duration::from_secs(5))
+    })
+}
+
+/// `ask`, asked again for 30 s while it fails; then the harness panics, naming `what`.
+fn retried<T>(what: &str, ask: impl Fn() -> rdkafka::error::KafkaResult<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match c.fetch_watermarks(topic, partition, Duration::from_secs(5)) {
-            Ok(w) => return w,
+        match ask() {
+            Ok(answer) => return answer,
             Err(e) if Instant::now() < deadline => {
-                eprintln!("watermarks of {topic}/{partition}: {e}; asking again");
+                eprintln!("{what}: {e}; asking again");
                 std::thread::sleep(Duration::from_millis(200));
             }
-            Err(e) => panic!("watermarks of {topic}/{partition}: {e}"),
+            Err(e) => panic!("test harness: {what}: {e}"),
         }
     }
 }
