@@ -239,8 +239,28 @@ async fn a_purged_range_is_read_from_archived_binlog_files() {
             && !validated.contains("missing:"),
         "{validated}"
     );
-    let mut router = setup.start_router();
+    // The replica connection sits idle while the archive is read: held 2.5 s at the
+    // handover with the server closing sessions idle for 1 s, it is gone by then — a
+    // reason to connect again, not to fail (and re-read the archive from the start).
+    // (Longer holds trip the read timeout of three 1-s heartbeats the hold sits in.)
+    let current_wait: u64 = conn
+        .query_first("SELECT @@global.wait_timeout")
+        .await
+        .unwrap()
+        .unwrap();
+    let restore_wait = RestoreGlobal("wait_timeout", current_wait.to_string());
+    conn.query_drop("SET GLOBAL wait_timeout = 1")
+        .await
+        .unwrap();
+    let mut router =
+        setup.start_router_env(&[("FAILPOINTS", "archive.before_handover=sleep(2500)")]);
     let log = drain_and_stop(&mut router, &topics, total);
+    drop(restore_wait);
+    assert!(
+        log.contains("idle during the archive read was closed: connecting again")
+            && !log.contains("resuming from the last checkpoint"),
+        "{log}"
+    );
     assert!(log.contains("reading it from the archive"), "{log}");
     assert!(log.contains(&format!("server_from={oldest}")), "{log}");
     assert_eq!(

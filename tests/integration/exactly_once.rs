@@ -200,46 +200,83 @@ async fn old_commit_times_with_nothing_after_them_commit_at_once() {
     router.stop(Duration::from_secs(30));
 }
 
-/// A GTID connect: the server finds the file holding the checkpoint's GTID state and
-/// announces it with a rotate to its start (`FILE:4`), then skips the transactions the
-/// state covers. The reader took that rotate for a position and checkpointed `FILE:4`
-/// beside the GTID state: a later resume by position (the `auto` fallback, the archive
-/// path, a failover without GTIDs) re-published everything the file held before it —
-/// duplicates for `read_committed` consumers. Verified on the server: a quiet
-/// restart by GTID must not move the checkpoint back, and a resume by position after it
-/// must repeat nothing.
+/// A Kafka transaction left open past the producer's `transaction.timeout.ms` is aborted
+/// by the coordinator: with `commit_backlog_ms = "5m"` every backlog transaction was, and
+/// the router read the same backlog again and again; in backlog mode
+/// `commit_max_records` was ignored, so a transaction was bounded by time only. Now such
+/// a configuration is refused at load, and a backlog's transactions are bounded by
+/// records (and bytes) too: a backlog of 20,000 events (commit times an hour old) under
+/// a 3 s transaction timeout goes out in transactions of at most 2,000 records (plus
+/// the binlog transaction that crosses the bound; caught up they hold 500), 0 lost, 0
+/// duplicates.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_gtid_connect_never_checkpoints_the_start_of_a_file_it_delivered() {
-    // No other test's transactions may move the checkpoint past the window.
-    let _settings = SERVER_SETTINGS.write().await;
-    let (mut conn, mut setup) = fresh("eos_gtid_file4").await;
-    let db = setup.db.clone();
-    setup.delivery(Some(&exactly_once_delivery("eos_gtid_file4", false)));
-    let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
-    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
-    setup.start_here(&mut conn).await;
-    write_mixed(&db, 0, 60, 20).await;
-    let mut router = setup.start_router();
-    drain_and_stop(&mut router, &topics, 60);
-    let delivered = setup.checkpoint().expect("checkpoint after delivery");
-
-    // Restarted by GTID with nothing new: connects, stays quiet, stops.
-    setup.source_toml = "resume_by = \"gtid\"\n".into();
-    let mut router = setup.start_router();
-    wait_http_ok(setup.monitor_port, "/ready", Duration::from_secs(60)).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(router.stop(Duration::from_secs(30)).success());
-    let after = setup.checkpoint().expect("checkpoint after the quiet run");
+async fn backlog_transactions_fit_a_short_transaction_timeout() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let name = "eos_backlog_bound";
+    let (mut conn, mut setup) = fresh(name).await;
+    for key in ["transaction.timeout.ms", "message.timeout.ms"] {
+        setup.kafka_properties.push((key.into(), "3000".into()));
+    }
+    setup.delivery(Some(&format!(
+        "{}\ncommit_backlog_ms = \"5m\"",
+        exactly_once_delivery(name, false)
+    )));
+    let refused = setup.cli(&["run", "--init"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
     assert!(
-        after.0 > delivered.0 || (after.0 == delivered.0 && after.1 >= delivered.1),
-        "a GTID connect moved the checkpoint back from {delivered:?} to {after:?}:\n{}",
-        router.log()
+        !refused.status.success()
+            && err.contains("delivery.commit_backlog_ms")
+            && err.contains("transaction.timeout.ms (3000 ms)"),
+        "{err}"
     );
-
-    // Resumed by file position from there: nothing delivered again.
-    setup.source_toml = "resume_by = \"position\"\n".into();
-    write_mixed(&db, 60, 80, 20).await;
+    setup.extra_toml.clear();
+    setup.delivery(Some(&format!(
+        "{}\ncommit_max_records = 500\ncommit_backlog_ms = 1000\ncommit_backlog_max_records = 2000",
+        exactly_once_delivery(name, false)
+    )));
+    conn.query_drop("SET timestamp = UNIX_TIMESTAMP() - 3600")
+        .await
+        .unwrap();
+    let total = 20_000;
+    for t in 0..total / 100 {
+        let events: Vec<Ev> = (0..100)
+            .map(|i| {
+                let n = t * 100 + i;
+                let payload = format!("{{\"seq\":{n}}}");
+                Ev::new(
+                    format!("s-{n}"),
+                    TYPES[n % TYPES.len()],
+                    &format!("agg-{}", n % 50),
+                    &payload,
+                )
+            })
+            .collect();
+        insert_txn(&mut conn, &setup.db, &events).await;
+    }
+    let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
     let mut router = setup.start_router();
-    drain_and_stop(&mut router, &topics, 80);
-    assert_eq!(check_stream(&topics, 80), 0, "read_committed duplicates");
+    let log = drain_and_stop(&mut router, &topics, total);
+    let sizes: Vec<usize> = log
+        .lines()
+        .filter(|l| l.contains("Kafka transaction committed"))
+        .filter_map(|l| {
+            let at = l.find("records=")? + "records=".len();
+            l[at..].split_whitespace().next()?.parse().ok()
+        })
+        .collect();
+    let largest = sizes.iter().max().copied().unwrap_or(0);
+    println!(
+        "backlog under a 3 s transaction timeout: {} transactions, largest {largest} records",
+        sizes.len()
+    );
+    // Larger than caught-up transactions (500): the backlog's sizing was in force.
+    assert!(
+        largest > 500 && largest <= 2_100,
+        "transactions of {sizes:?}"
+    );
+    assert!(
+        !log.contains("TransactionTimedOut") && !log.contains("outlived"),
+        "{log}"
+    );
+    assert_eq!(check_stream(&topics, total), 0, "read_committed duplicates");
 }
