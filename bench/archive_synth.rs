@@ -73,7 +73,6 @@ fn main() {
         rounds += 1;
     }
     write(events[rotate], &mut pos);
-    drop(write);
     out.flush().unwrap();
     println!(
         "bytes={pos} events={} transactions={transactions}",
