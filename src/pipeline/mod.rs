@@ -323,6 +323,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         }
     }
     .with_max_transaction_bytes(config.source.max_transaction_bytes)
+    .with_max_xa_held_bytes(config.source.max_xa_held_bytes as u64)
     .with_delivered_through(checkpoint.delivered_through.clone());
     metrics.set_connected(true);
     info!(position = %start, delivered_through = ?checkpoint.delivered_through.as_ref().map(ToString::to_string), by_gtid, tables = ?config.outbox.tables, "streaming binlog");

@@ -147,6 +147,17 @@ impl GtidState {
         }
     }
 
+    /// True when a binlog file whose GTID list (the state at its start) is `list` holds
+    /// nothing this state covers: every domain of ours is at or below the list's.
+    pub fn is_covered_by_mariadb_list(&self, list: &[MariaGtid]) -> bool {
+        let GtidState::MariaDb(mine) = self else {
+            return false;
+        };
+        let mut start = MariaGtidState::default();
+        list.iter().cloned().for_each(|g| start.apply(g));
+        start.includes(mine)
+    }
+
     /// Records a MySQL transaction's GTID, when a GTID set is being kept.
     ///
     /// A set is only extended, never started here: one begun mid-history would claim

@@ -10,13 +10,14 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use mysql_async::binlog::events::{Event, RotateEvent, TransactionPayloadEvent};
 use mysql_async::binlog::EventType;
 use mysql_common::binlog::consts::BinlogVersion;
+use mysql_common::binlog::consts::TransactionPayloadCompressionType as Compression;
 use mysql_common::binlog::EventStreamReader;
 
 use super::{BinlogFile, Position, SourceError};
@@ -424,6 +425,13 @@ impl ArchiveEvents {
     }
 }
 
+/// The events of a MySQL compressed transaction payload, decompressed as they are read.
+struct PayloadEvents {
+    input: Box<dyn BufRead + Send>,
+    /// Where the payload event starts, for errors.
+    start: u64,
+}
+
 /// One archived file being read.
 struct OpenFile {
     name: BinlogFile,
@@ -437,7 +445,7 @@ struct OpenFile {
     /// Format description and checksums, as the file declares them.
     decoder: EventStreamReader,
     /// Events of a MySQL compressed transaction payload, handed on after it.
-    inner: VecDeque<Event>,
+    inner: Option<PayloadEvents>,
     /// The type of the last event read, and the file a ROTATE named.
     last_type: Option<u8>,
     rotates_to: Option<String>,
@@ -462,7 +470,7 @@ impl OpenFile {
             at: 4,
             skip_to,
             decoder: EventStreamReader::new(BinlogVersion::Version4),
-            inner: VecDeque::new(),
+            inner: None,
             last_type: None,
             rotates_to: None,
         };
@@ -489,8 +497,16 @@ impl OpenFile {
     /// The next event to hand on; `None` at the end of the file.
     fn next(&mut self) -> Result<Option<Event>, SourceError> {
         loop {
-            if let Some(event) = self.inner.pop_front() {
-                return Ok(Some(event));
+            if let Some(payload) = self.inner.as_mut() {
+                let start = payload.start;
+                match self.decoder.read_decompressed(&mut payload.input) {
+                    Ok(Some(event)) => return Ok(Some(event)),
+                    Ok(None) => self.inner = None,
+                    Err(e) => {
+                        return Err(self.damaged(start, format!("compressed transaction: {e}")))
+                    }
+                }
+                continue;
             }
             let Some(event) = self.read_event()? else {
                 return Ok(None);
@@ -584,22 +600,25 @@ impl OpenFile {
         Ok(Some(event))
     }
 
-    /// Queues the events of a MySQL compressed transaction payload (as mysql_async's
-    /// stream expands it), after checking it decompresses to its stated size.
+    /// Hands on the events of a MySQL compressed transaction payload (as mysql_async's
+    /// stream expands it) one at a time, decompressed as they are read, after checking
+    /// it decompresses to its stated size (also as a stream): a payload holds a whole
+    /// transaction, and is never inflated whole here.
     fn expand_payload(&mut self, event: &Event, start: u64) -> Result<(), SourceError> {
         let payload = event
             .read_event::<TransactionPayloadEvent<'_>>()
             .map_err(|e| self.damaged(start, format!("compressed transaction: {e}")))?;
         super::reader::check_payload(&payload)
             .map_err(|e| self.damaged(start, format!("compressed transaction: {e}")))?;
-        let mut inner = std::io::Cursor::new(payload.danger_decompress());
-        while let Some(e) = self
-            .decoder
-            .read_decompressed(&mut inner)
-            .map_err(|e| self.damaged(start, format!("compressed transaction: {e}")))?
-        {
-            self.inner.push_back(e);
-        }
+        let compressed = std::io::Cursor::new(payload.payload_raw().to_vec());
+        let input: Box<dyn BufRead + Send> = match payload.algorithm() {
+            Compression::NONE => Box::new(compressed),
+            _ => Box::new(BufReader::new(
+                zstd::stream::read::Decoder::new(compressed)
+                    .map_err(|e| self.damaged(start, format!("compressed transaction: {e}")))?,
+            )),
+        };
+        self.inner = Some(PayloadEvents { input, start });
         Ok(())
     }
 

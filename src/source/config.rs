@@ -51,6 +51,13 @@ pub struct SourceConfig {
     /// through in parts.
     #[serde(default, deserialize_with = "crate::units::bytes_opt")]
     pub max_transaction_bytes: Option<u64>,
+    /// Outbox row bytes prepared XA branches may hold, all together, from `XA PREPARE`
+    /// until `XA COMMIT` (held in memory: never published before their commit).
+    #[serde(
+        default = "default_max_xa_held_bytes",
+        deserialize_with = "crate::units::bytes"
+    )]
+    pub max_xa_held_bytes: usize,
     /// TLS to the server: `disabled`, `required` (encrypted, certificate not checked),
     /// `verify_ca` (signed by `tls_ca_file`) or `verify_identity` (also matches `host`).
     #[serde(default)]
@@ -199,6 +206,10 @@ fn default_host() -> String {
 
 fn default_port() -> u16 {
     3306
+}
+
+fn default_max_xa_held_bytes() -> usize {
+    256 << 20
 }
 
 /// MySQL's and MariaDB's largest `MASTER_HEARTBEAT_PERIOD`.

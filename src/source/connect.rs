@@ -61,6 +61,12 @@ pub enum SourceError {
     RolledBack { table: String, position: String },
     #[error("the transaction starting at {position} has more than {limit} bytes of outbox rows (source.max_transaction_bytes): the router stops rather than split or drop it; raise or remove the limit (without one, large transactions stream)")]
     TransactionTooLarge { position: String, limit: u64 },
+    #[error("prepared XA branches would hold {held} bytes of outbox rows with the one starting at {position} (source.max_xa_held_bytes = {limit}): a branch's rows are held in memory from its XA PREPARE until its XA COMMIT, never published before, so the router stops here rather than grow without bound; the checkpoint stays before the branch. Raise source.max_xa_held_bytes (the router needs about that much more memory), or commit or roll back the branches (XA RECOVER lists them)")]
+    XaTooLarge {
+        position: String,
+        held: u64,
+        limit: u64,
+    },
     #[error("the server refused to stream from {position} (error {code}: {message}): {fix}")]
     Refused {
         position: String,
@@ -127,6 +133,7 @@ impl SourceError {
             | SourceError::XaNotSeen { .. }
             | SourceError::RolledBack { .. }
             | SourceError::TransactionTooLarge { .. }
+            | SourceError::XaTooLarge { .. }
             | SourceError::Refused { .. }
             | SourceError::Purged { .. }
             | SourceError::ForeignPosition { .. }

@@ -751,3 +751,64 @@ async fn file_positions_of_another_server_are_refused() {
         .unwrap();
     assert_eq!(left, 20, "undelivered rows were pruned");
 }
+
+/// A prepared XA branch's rows were held whole until its `XA COMMIT`, whatever their
+/// size: a branch of gigabytes took gigabytes. Held branches are bounded together by
+/// `source.max_xa_held_bytes` now: past it the router stops, naming the branch and the
+/// bound, with the checkpoint before the branch and nothing of it published. Here a
+/// branch of 2,000 rows × 4 KB (about 8 MB of row events) against a 256 KiB bound: the
+/// error says what was held when it stopped (at most one row event past the bound), and
+/// the router's peak RSS is printed.
+#[tokio::test(flavor = "multi_thread")]
+async fn prepared_xa_branches_are_held_up_to_a_bound() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (_, mut setup) = fresh("xa_bound").await;
+    let db = setup.db.clone();
+    let limit = 256 * 1024;
+    setup.source_toml = format!("max_xa_held_bytes = {limit}\n");
+    let topics = vec![setup.topic("Order")];
+    let gtrid = format!("{db}-big");
+    let _rollback = RollbackIfPrepared(gtrid.clone());
+    let mut conn = app_conn().await;
+    let mut router = setup.start_router();
+    wait_http_ok(setup.monitor_port, "/ready", Duration::from_secs(30)).await;
+    sql(
+        &mut conn,
+        &[
+            format!("XA START '{gtrid}'"),
+            format!("INSERT INTO {db}.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) SELECT CONCAT('xa-big-', seq), 'Order', 'o-1', 'Created', REPEAT('x', 4000) FROM {db}.seq_1_to_2000"),
+            format!("XA END '{gtrid}'"),
+            format!("XA PREPARE '{gtrid}'"),
+        ],
+    )
+    .await;
+    let prepared_at = binlog_position(&mut app_conn().await).await;
+    // The process's high-water RSS, read until it exits.
+    let mut peak_kb = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while let Some(kb) = router.peak_rss_kb() {
+        peak_kb = kb;
+        if std::time::Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = router.expect_failure("an XA branch past source.max_xa_held_bytes");
+    let held: u64 = log
+        .split("would hold ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the error names what was held:\n{log}"));
+    assert!(
+        log.contains(&format!("source.max_xa_held_bytes = {limit}")) && held > limit,
+        "{log}"
+    );
+    assert!(
+        held <= limit + 16 * 1024,
+        "read {held} bytes of the branch before stopping"
+    );
+    assert_checkpoint_before(&setup, &prepared_at, &log);
+    assert_eq!(count(&topics), 0, "nothing of the branch published");
+    println!("XA branch of ~8 MB against a {limit}-byte bound: stopped holding {held} bytes, peak RSS {peak_kb} kB");
+}

@@ -136,6 +136,7 @@ impl BinlogReader {
             start,
             watched,
             heartbeat,
+            by_gtid,
             checksums_on,
         ))
     }
@@ -149,7 +150,7 @@ impl BinlogReader {
     ) -> Self {
         let events = Box::new(events);
         let source = EventSource::Archive { events, then: None };
-        Self::reading(source, start, watched, Duration::from_secs(1), false)
+        Self::reading(source, start, watched, Duration::from_secs(1), false, false)
     }
 
     /// Reads `files` (archived, see `source::archive`) from `start`, then streams from
@@ -182,6 +183,7 @@ impl BinlogReader {
             start,
             watched,
             heartbeat,
+            false,
             checksums_on,
         ))
     }

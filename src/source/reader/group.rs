@@ -11,6 +11,8 @@ pub(super) struct PreparedXa {
     xid: Xid,
     /// Its rows, published when it commits.
     changes: Vec<RowChange>,
+    /// Their row-event bytes (counted against `source.max_xa_held_bytes`).
+    bytes: u64,
     /// The position just before its prepare group: a restart before the branch is
     /// resolved must read the group again, so no checkpoint may pass this point.
     resume: Position,
@@ -74,8 +76,10 @@ impl BinlogReader {
                 })
             }
             Step::XaPrepared(xid) => {
+                self.xa_held_bytes += self.group.bytes;
                 self.prepared.push(PreparedXa {
                     xid,
+                    bytes: self.group.bytes,
                     changes: std::mem::take(&mut self.changes),
                     resume: self.group_start.clone(),
                 });
@@ -85,6 +89,7 @@ impl BinlogReader {
                 match self.prepared.iter().position(|p| p.xid == *xid) {
                     Some(at) => {
                         let branch = self.prepared.remove(at);
+                        self.xa_held_bytes -= branch.bytes;
                         if commit {
                             let mut changes = branch.changes;
                             changes.append(&mut self.changes);

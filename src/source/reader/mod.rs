@@ -38,6 +38,13 @@ pub struct BinlogReader {
     /// Table id → the last TABLE_MAP for it, and the layout when the table is watched.
     table_ids: HashMap<u64, MappedTable>,
     read_timeout: Duration,
+    /// Joined by GTID state rather than file and offset.
+    by_gtid: bool,
+    /// Joined by GTID, the server named the file where it found our place: the position
+    /// is that file's start only if its GTID list (the state at its start) covers ours;
+    /// else the server skips what our state covers, and the first transaction it sends
+    /// gives the position.
+    gtid_start_unplaced: bool,
     seen_format_description: bool,
     checksums_on: bool,
     /// Where groups begin and end.
@@ -54,6 +61,11 @@ pub struct BinlogReader {
     group: GroupSize,
     /// `source.max_transaction_bytes`.
     max_transaction_bytes: Option<u64>,
+    /// `source.max_xa_held_bytes`: outbox row bytes of prepared XA branches held until
+    /// their `XA COMMIT`, all branches together.
+    max_xa_held_bytes: u64,
+    /// Outbox row bytes of the prepared branches held now.
+    xa_held_bytes: u64,
     /// Nothing ending at or before it is published (see `with_delivered_through`).
     delivered_through: Option<Position>,
 }
@@ -74,6 +86,7 @@ impl BinlogReader {
         start: Position,
         watched: &[Pattern],
         heartbeat: Duration,
+        by_gtid: bool,
         checksums_on: bool,
     ) -> Self {
         Self {
@@ -85,6 +98,8 @@ impl BinlogReader {
             read_timeout: heartbeat
                 .saturating_mul(3)
                 .saturating_add(Duration::from_secs(1)),
+            by_gtid,
+            gtid_start_unplaced: false,
             seen_format_description: false,
             checksums_on,
             boundaries: Boundaries::default(),
@@ -93,6 +108,8 @@ impl BinlogReader {
             changes: Vec::new(),
             group: GroupSize::default(),
             max_transaction_bytes: None,
+            max_xa_held_bytes: u64::MAX,
+            xa_held_bytes: 0,
             delivered_through: None,
         }
     }
@@ -109,6 +126,13 @@ impl BinlogReader {
     /// whole up to it (unset: transactions stream in parts).
     pub fn with_max_transaction_bytes(mut self, limit: Option<u64>) -> Self {
         self.max_transaction_bytes = limit;
+        self
+    }
+
+    /// Stops when prepared XA branches (with the one being read) hold more outbox row
+    /// bytes than `limit`: their rows are held until `XA COMMIT`, never streamed.
+    pub fn with_max_xa_held_bytes(mut self, limit: u64) -> Self {
+        self.max_xa_held_bytes = limit;
         self
     }
 
@@ -218,8 +242,15 @@ impl BinlogReader {
             mariadb::GTID_LIST_EVENT => {
                 let list = mariadb::parse_gtid_list(event.data())
                     .ok_or_else(|| self.decode_error(event_end, "short MariaDB GTID list event"))?;
+                let at_file_start = std::mem::take(&mut self.gtid_start_unplaced)
+                    && self.at.gtid.is_covered_by_mariadb_list(&list);
                 for gtid in list {
                     self.at.gtid.apply_mariadb(gtid);
+                }
+                // Joined by GTID at the start of this file: nothing in it precedes our
+                // place, so a quiet router's checkpoint may move here (off the old file).
+                if at_file_start && !self.boundaries.in_group() && self.changes.is_empty() {
+                    return Ok(Some(self.commit(event_end, header.timestamp())));
                 }
                 return Ok(None);
             }
@@ -380,9 +411,12 @@ impl BinlogReader {
         // A fake rotate before the first format description only names the requested
         // file; later ones (e.g. after a server restart's STOP event) are real switches.
         // Joined by GTID, the first one names the file where the server found our place
-        // and its start, not our place: the server then skips the transactions our GTID
-        // state covers, so `FILE:4` lies before what was delivered. The position moves
-        // with the first transaction the server sends.
+        // and its start, which is our place only when nothing in the file precedes it:
+        // the file's GTID list says (`gtid_list`). Checkpointing `FILE:4` here once made
+        // a later resume by position re-publish what the file held before our place.
+        if log_pos == 0 && !self.seen_format_description && self.by_gtid {
+            self.gtid_start_unplaced = true;
+        }
         Ok(log_pos != 0 || self.seen_format_description)
     }
 }

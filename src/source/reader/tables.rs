@@ -110,6 +110,13 @@ impl BinlogReader {
                 });
             }
         }
+        if self.group.xa && self.xa_held_bytes + self.group.bytes > self.max_xa_held_bytes {
+            return Err(SourceError::XaTooLarge {
+                position: self.group_start.to_string(),
+                held: self.xa_held_bytes + self.group.bytes,
+                limit: self.max_xa_held_bytes,
+            });
+        }
         let decoded = layout.rows(&rows).map_err(|e| SourceError::Decode {
             position: format!("{}:{}", self.at.file, event_end),
             reason: format!("row of {}: {e}", layout.table),

@@ -310,6 +310,19 @@ impl RouterProcess {
         log
     }
 
+    /// The process's peak resident memory so far (`VmHWM`), while it runs.
+    pub fn peak_rss_kb(&mut self) -> Option<u64> {
+        let child = self.child.as_mut()?;
+        if child.try_wait().ok()?.is_some() {
+            return None;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
