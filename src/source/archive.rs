@@ -608,7 +608,7 @@ impl OpenFile {
         let payload = event
             .read_event::<TransactionPayloadEvent<'_>>()
             .map_err(|e| self.damaged(start, format!("compressed transaction: {e}")))?;
-        super::reader::check_payload(&payload)
+        super::payload::check(&payload)
             .map_err(|e| self.damaged(start, format!("compressed transaction: {e}")))?;
         let compressed = std::io::Cursor::new(payload.payload_raw().to_vec());
         let input: Box<dyn BufRead + Send> = match payload.algorithm() {

@@ -8,6 +8,7 @@ mod connect;
 #[doc(hidden)]
 pub mod fuzzing;
 mod mariadb;
+mod payload;
 mod reader;
 mod row;
 pub mod server;

@@ -7,7 +7,6 @@
 
 mod events;
 mod group;
-mod payload;
 #[cfg(test)]
 mod recorded;
 mod tables;
@@ -25,7 +24,6 @@ use super::{BinlogFile, GtidState, Position, RowChange, SourceError, Transaction
 use crate::pattern::Pattern;
 use events::EventSource;
 use group::{GroupSize, PreparedXa};
-pub(in crate::source) use payload::check as check_payload;
 use tables::MappedTable;
 
 /// Reads committed transactions from a binlog stream.
@@ -303,7 +301,7 @@ impl BinlogReader {
                     .map_err(|e| {
                         self.decode_error(event_end, format!("compressed transaction: {e}"))
                     })?;
-                payload::check(&payload).map_err(|e| {
+                crate::source::payload::check(&payload).map_err(|e| {
                     self.decode_error(event_end, format!("compressed transaction: {e}"))
                 })?;
                 self.payload_end = Some(event_end);
