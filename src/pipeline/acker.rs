@@ -148,14 +148,10 @@ impl OpenTransaction {
     }
 
     /// The batch about to be sent goes into the open transaction (opened if need be).
-    fn add(&mut self, sink: &Sink, batch: &Batch) -> Result<(), PipelineError> {
+    fn add(&mut self, sink: &Sink, batch: &Batch, bytes: usize) -> Result<(), PipelineError> {
         self.open(sink)?;
         self.records += batch.records.len();
-        self.bytes += batch
-            .records
-            .iter()
-            .map(crate::route::Record::size)
-            .sum::<usize>();
+        self.bytes += bytes;
         self.at_boundary = batch.complete;
         self.backlog.observe(batch);
         Ok(())
@@ -345,11 +341,11 @@ impl<'a> Acker<'a> {
         in_flight: &mut InFlight,
         window: &mut Window,
     ) -> Result<(), PipelineError> {
-        if let Mode::ExactlyOnce(t) = &mut self.mode {
-            t.add(sink, &batch)?;
-        }
         let n = batch.records.len();
         let bytes: usize = batch.records.iter().map(crate::route::Record::size).sum();
+        if let Mode::ExactlyOnce(t) = &mut self.mode {
+            t.add(sink, &batch, bytes)?;
+        }
         let (end, delivered_through, commit_time_ms, routed_at, complete) = (
             batch.end,
             batch.delivered_through,
