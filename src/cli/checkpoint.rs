@@ -8,7 +8,7 @@ use super::args::CheckpointAction;
 use outbox_router::checkpoint::{Checkpoint, CheckpointStore, OperatorCommand};
 use outbox_router::config::Config;
 use outbox_router::ops::import::offsets::DebeziumOffset;
-use outbox_router::pipeline::{record_first_start, refuse_move_past_prepared_xa, FirstStart};
+use outbox_router::pipeline::{refuse_move_past_prepared_xa, FirstStart};
 use outbox_router::position::Position;
 use outbox_router::source;
 
@@ -82,46 +82,49 @@ pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<Exi
             CheckpointStore::open(dir)?.reset()?;
             println!("checkpoint removed from {}", dir.display());
         }
-        CheckpointAction::Init => {
-            if CheckpointStore::exists(dir) {
-                println!(
-                    "checkpoint store {} already exists; nothing changed",
-                    dir.display()
-                );
-            } else {
-                CheckpointStore::create(dir)?;
-                println!(
-                    "checkpoint store created in {}; the first run starts at source.start",
-                    dir.display()
-                );
-            }
-            if config.delivery.exactly_once() {
-                init_exactly_once(config).await?;
-            }
-        }
+        CheckpointAction::Init => init(config).await?,
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Exactly-once mode's first start is recorded on Kafka, where its truth is: the store
-/// is a cache an empty volume recreates. Nothing is written once a position exists.
-async fn init_exactly_once(config: &Config) -> Result<()> {
-    let store = CheckpointStore::peek(&config.checkpoint.dir)?;
-    let delivery = &config.delivery;
-    let (topic, id) = (&delivery.checkpoint_topic, &delivery.transactional_id);
-    match record_first_start(config, store.as_ref()).await? {
+/// Creates the store where a first start is allowed, and records the first start on
+/// Kafka where the mode or `checkpoint.name` asks for it; nothing changes once a
+/// position exists.
+async fn init(config: &Config) -> Result<()> {
+    let dir = &config.checkpoint.dir;
+    let init = outbox_router::pipeline::init(config).await?;
+    match init.store_created {
+        true => println!(
+            "checkpoint store created in {}; the first run starts at source.start",
+            dir.display()
+        ),
+        false => println!(
+            "checkpoint store {} already exists; nothing changed there",
+            dir.display()
+        ),
+    }
+    let topic = &config.delivery.checkpoint_topic;
+    let Some(recorded) = init.recorded else {
+        return Ok(());
+    };
+    let who = match config.delivery.exactly_once() {
+        true => format!("transactional.id {}", config.delivery.transactional_id),
+        false => format!(
+            "checkpoint.name {}",
+            config.checkpoint.name.as_deref().unwrap_or_default()
+        ),
+    };
+    match recorded {
         FirstStart::HasMarker => println!(
-            "{topic} already holds a commit marker for transactional.id {id}: runs resume there; nothing changed"
+            "{topic} already holds a commit marker for {who}: runs resume there; nothing changed"
         ),
         FirstStart::HasStore => println!(
-            "the checkpoint store holds a position set by an operator: the next run resumes there; nothing changed"
+            "the checkpoint store holds a position: the next run resumes there; nothing changed"
         ),
         FirstStart::AlreadyRecorded => println!(
-            "{topic} already records the first start of transactional.id {id} at source.start; nothing changed"
+            "{topic} already records the first start of {who} at source.start; nothing changed"
         ),
-        FirstStart::Recorded => println!(
-            "recorded on {topic} that the first exactly-once run of transactional.id {id} starts at source.start"
-        ),
+        FirstStart::Recorded => println!("recorded the first start of {who} on {topic}"),
     }
     Ok(())
 }

@@ -7,7 +7,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::args::SinkArg;
-use outbox_router::checkpoint::CheckpointStore;
 use outbox_router::config::Config;
 use outbox_router::monitor::Metrics;
 use outbox_router::pipeline::{self, FirstStart, SinkKind};
@@ -36,35 +35,34 @@ pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<Ex
     Ok(ExitCode::SUCCESS)
 }
 
-/// `--init`: creates a missing store and, in exactly-once mode, records the first start
-/// on the checkpoint topic where no position exists anywhere (refusing where one may
-/// have existed). Both are said loudly: a first start happens once.
+/// `--init`: creates a missing store where a first start is allowed and records the
+/// first start on Kafka (exactly-once, or `checkpoint.name`); refuses where a position
+/// may have existed. Said loudly: a first start happens once.
 async fn first_start(config: &Config) -> Result<()> {
     let dir = &config.checkpoint.dir;
-    if !CheckpointStore::exists(dir) {
-        CheckpointStore::create(dir)?;
-        match config.delivery.exactly_once() {
-            true => {
+    let init = pipeline::init(config).await.context("run --init")?;
+    let topic = &config.delivery.checkpoint_topic;
+    let name = match config.delivery.exactly_once() {
+        true => config.delivery.transactional_id.as_str(),
+        false => config.checkpoint.name.as_deref().unwrap_or_default(),
+    };
+    if init.store_created {
+        match (config.delivery.exactly_once(), &init.recorded) {
+            (true, _) => {
                 info!(dir = %dir.display(), "run --init: created a new checkpoint store (exactly-once: a cache of the commit marker on Kafka)")
             }
-            false => {
+            (false, None) => {
+                warn!(dir = %dir.display(), "run --init: created a new checkpoint store; this first run starts at source.start (set checkpoint.name so that a lost store is refused instead of starting over)")
+            }
+            (false, Some(_)) => {
                 warn!(dir = %dir.display(), "run --init: created a new checkpoint store; this first run starts at source.start")
             }
         }
     }
-    if !config.delivery.exactly_once() {
-        return Ok(());
-    }
-    let store = CheckpointStore::peek(dir)?;
-    let delivery = &config.delivery;
-    let (topic, id) = (&delivery.checkpoint_topic, &delivery.transactional_id);
-    match pipeline::record_first_start(config, store.as_ref())
-        .await
-        .context("run --init")?
-    {
-        FirstStart::Recorded => warn!(topic, transactional_id = id, start = ?config.source.start, "run --init: no commit marker, stored position or trace of one exists: recorded the first exactly-once start on the checkpoint topic; this run starts at source.start"),
-        FirstStart::AlreadyRecorded => warn!(topic, transactional_id = id, "run --init: the first exactly-once start was already recorded and nothing has committed since: starting at source.start"),
-        FirstStart::HasMarker | FirstStart::HasStore => {}
+    match init.recorded {
+        Some(FirstStart::Recorded) => warn!(topic, name, start = ?config.source.start, "run --init: recorded this router's first start on the checkpoint topic; an init that finds no store after this refuses to start over"),
+        Some(FirstStart::AlreadyRecorded) => warn!(topic, name, "run --init: the first exactly-once start was already recorded and nothing has committed since: starting at source.start"),
+        Some(FirstStart::HasMarker | FirstStart::HasStore) | None => {}
     }
     Ok(())
 }

@@ -185,6 +185,17 @@ impl Config {
             crate::sink::KafkaSink::transaction_timeout_ms(&self.kafka),
         )?;
         self.ha.check(&self.delivery)?;
+        if self.delivery.exactly_once() && self.checkpoint.name.is_some() {
+            return Err("checkpoint.name is for at-least-once mode: exactly-once mode records its first start under delivery.transactional_id; remove checkpoint.name".into());
+        }
+        if self
+            .checkpoint
+            .name
+            .as_deref()
+            .is_some_and(|n| n.trim().is_empty())
+        {
+            return Err("checkpoint.name is empty: name this router (e.g. \"orders-router\"), or remove the key".into());
+        }
         self.monitor.check()?;
         if let Some(registry) = &self.value.registry {
             registry.check()?;

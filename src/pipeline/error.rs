@@ -34,6 +34,13 @@ pub enum PipelineError {
         command: &'static str,
         xids: Vec<String>,
     },
+    #[error("no checkpoint store in {dir}, but the router named {name} (checkpoint.name) started before: {how} on {topic}. The volume holding the store was lost or emptied, and starting over at source.start would skip every event since its last checkpoint. Recover, then start again: `outbox-router recover --since TIME` re-publishes the outbox rows written since TIME (take it before the store was lost; repeats keep their event ids) and stores the position where it read; or `outbox-router checkpoint set FILE:OFFSET` with the last position the router logged")]
+    StoreLost {
+        dir: String,
+        topic: String,
+        name: String,
+        how: String,
+    },
     #[error("exactly-once mode found no commit marker for transactional.id {transactional_id} on {topic}, no checkpoint in the store and no first start recorded: the topic was recreated, the id renamed or the marker deleted — or this is a first start. A first start is explicit: `outbox-router checkpoint init` or `run --init` (either records on the topic that the first run starts at source.start). Otherwise set the position the marker held with `checkpoint set` (the last one the router logged), so nothing is skipped or repeated")]
     NoCommitMarker {
         topic: String,

@@ -145,7 +145,12 @@ pub async fn record_first_start(
         Err(Refusal::NoFirstStart) => {}
         Err(refusal) => return Err(refused(config, refusal)),
     }
-    KafkaSink::allow_first_start(kafka, delivery).await?;
+    KafkaSink::record_first_start(
+        kafka,
+        &delivery.checkpoint_topic,
+        &delivery.transactional_id,
+    )
+    .await?;
     Ok(FirstStart::Recorded)
 }
 

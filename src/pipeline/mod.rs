@@ -12,6 +12,7 @@ mod acker;
 mod backlog;
 mod error;
 mod exactly_once_start;
+mod first_start;
 mod read;
 mod standby;
 mod start;
@@ -25,6 +26,7 @@ use tracing::{error, info, warn};
 
 pub use error::PipelineError;
 pub use exactly_once_start::{record_first_start, FirstStart};
+pub use first_start::{init, Init};
 pub(crate) use read::InvalidPolicy;
 pub use start::{refuse_move_past_prepared_xa, resume_by_gtid};
 

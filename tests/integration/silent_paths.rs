@@ -448,6 +448,65 @@ async fn a_stop_while_kafka_is_unreachable_is_bounded_by_the_shutdown_timeout() 
     assert_checkpoint_before(&setup, &before, &router.log());
 }
 
+/// At-least-once with `checkpoint.name` (the chart's single shape): `run --init` is safe
+/// as a pod's every start. The first start is recorded on the checkpoint topic; an
+/// emptied volume is then refused, by `run --init` and `checkpoint init` alike, naming
+/// the way back; `recover --since` brings every event back and the run resumes.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_at_least_once_lost_volume_is_refused_when_named() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, mut setup) = fresh("alo_named").await;
+    let db = setup.db.clone();
+    let topics = vec![setup.topic("Order")];
+    let pid = std::process::id();
+    setup.extra_toml = format!(
+        "[delivery]\ncheckpoint_topic = \"it.checkpoints.alo_named.{pid}\"\n[checkpoint]\nname = \"it-alo-{pid}\"\n"
+    );
+    let store = setup.dir.path().join("checkpoint");
+
+    let mut router = setup.start_router_with(&[], &["--init"]);
+    sql(&mut conn, &[insert_sql(&db, "alo-1")]).await;
+    let log = drain_and_stop(&mut router, &topics, 1);
+    assert!(log.contains("recorded this router's first start"), "{log}");
+    // A restart with the volume: nothing recorded again, nothing refused.
+    let mut router = setup.start_router_with(&[], &["--init"]);
+    sql(&mut conn, &[insert_sql(&db, "alo-2")]).await;
+    let log = drain_and_stop(&mut router, &topics, 2);
+    assert!(!log.contains("first start"), "{log}");
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 5;
+
+    // The volume lost while events keep coming.
+    std::fs::remove_dir_all(&store).unwrap();
+    sql(&mut conn, &[insert_sql(&db, "alo-3")]).await;
+    let mut router = setup.start_router_with(&[], &["--init"]);
+    let log = router.expect_failure("an emptied volume after a recorded first start");
+    assert!(
+        log.contains("checkpoint.name")
+            && log.contains("recover --since")
+            && log.contains("first start recorded at unix ms"),
+        "{log}"
+    );
+    let init = setup.cli(&["checkpoint", "init"]);
+    assert!(!init.status.success(), "checkpoint init: {init:?}");
+    assert!(!store.exists(), "a refusal created the store");
+    assert_eq!(count(&topics), 2, "nothing published past the refusals");
+
+    // The way back the error names; then the pod's own start resumes.
+    let out = setup.cli(&["recover", "--since", &since.to_string()]);
+    assert!(out.status.success(), "{out:?}");
+    let mut router = setup.start_router_with(&[], &["--init"]);
+    sql(&mut conn, &[insert_sql(&db, "alo-4")]).await;
+    let log = drain_and_stop(&mut router, &topics, 4);
+    let mut ids: Vec<String> = read_all(&topics).iter().map(Msg::id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids, ["alo-1", "alo-2", "alo-3", "alo-4"], "{log}");
+}
+
 /// Exactly-once mode with no commit marker and an empty store (a recreated checkpoint
 /// topic, a renamed transactional id, a deleted marker, or `run --init` on an empty
 /// volume) began at `source.start` without a word: events committed before it were
@@ -491,7 +550,7 @@ async fn exactly_once_first_start_is_explicit_and_its_topic_checked() {
     sql(&mut conn, &[insert_sql(&db, "eos-1")]).await;
     let log = drain_and_stop(&mut router, &topics, 1);
     assert!(
-        log.contains("recorded the first exactly-once start on the checkpoint topic"),
+        log.contains("recorded this router's first start on the checkpoint topic"),
         "{log}"
     );
     let delivered = setup

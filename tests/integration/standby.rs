@@ -452,9 +452,7 @@ async fn first_install_of_the_standby_shape_with_run_init() {
     *leader = leader_setup.start_router_with(&[], &["--init"]);
     wait_standby_ready(leader_setup.monitor_port, leader).await;
     let logs = format!("{}\n{}", a.log(), b.log());
-    let recorded = logs
-        .matches("recorded the first exactly-once start")
-        .count();
+    let recorded = logs.matches("recorded this router's first start").count();
     assert!(recorded >= 1, "{logs}");
     let new_leader = if a_leads { &mut b } else { &mut a };
     finish(&p, new_leader, writer, "first install with run --init").await;

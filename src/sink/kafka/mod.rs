@@ -18,7 +18,7 @@ pub use consumer_markers::{newest, Newest};
 pub use consumer_scan::{scan, Scanned};
 pub use probe::Unreachable;
 pub use producer::KafkaSink;
-pub use transactions::MarkerHistory;
+pub use transactions::{FirstStartRecord, MarkerHistory};
 
 use super::KafkaConfig;
 

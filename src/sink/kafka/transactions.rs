@@ -212,7 +212,7 @@ impl KafkaSink {
         }
         // No marker: a first start, or one lost. The whole partition is read for the
         // evidence (compaction keeps it small).
-        let first_start = first_start_key(delivery);
+        let first_start = first_start_key(&delivery.transactional_id);
         let keys = [delivery.transactional_id.as_bytes(), first_start.as_bytes()];
         let Some(read) = super::consumer_markers::newest_of_keys(cfg, topic, 0, &keys)? else {
             return Ok(MarkerHistory::default());
@@ -234,16 +234,17 @@ impl KafkaSink {
         TopicCreator::new(cfg)?.ensure_compacted(&delivery.checkpoint_topic, "checkpoint")
     }
 
-    /// Records that a first start at `source.start` is intended (`checkpoint init` or
-    /// `run --init` in exactly-once mode). Under its own key, so it can never hide a
-    /// commit marker.
-    pub async fn allow_first_start(
+    /// Records under `name` on `topic` that a first start at `source.start` is intended
+    /// (`checkpoint init` or `run --init`; `name` is exactly-once mode's transactional id
+    /// or at-least-once mode's `checkpoint.name`). Under a key of its own, so it can never
+    /// hide a commit marker.
+    pub async fn record_first_start(
         cfg: &KafkaConfig,
-        delivery: &DeliveryConfig,
+        topic: &str,
+        name: &str,
     ) -> Result<(), SinkError> {
-        let topic = &delivery.checkpoint_topic;
         let producer: FutureProducer = client_config(cfg).create().map_err(SinkError::Create)?;
-        let key = first_start_key(delivery);
+        let key = first_start_key(name);
         let value = format!(
             "first start recorded at unix ms {}",
             crate::checkpoint::now_ms()
@@ -252,19 +253,47 @@ impl KafkaSink {
             .partition(0)
             .key(&key)
             .payload(&value);
+        let failed = |reason: String| SinkError::FirstStart {
+            topic: topic.to_string(),
+            reason,
+        };
         match producer.send(record, Duration::from_secs(30)).await {
             // Proof, as for any record: an offset.
             Ok(delivered) if delivered.offset >= 0 => Ok(()),
-            Ok(_) => Err(SinkError::FirstStart {
-                topic: topic.clone(),
-                reason: "reported delivered without an offset".into(),
-            }),
-            Err((error, _)) => Err(SinkError::FirstStart {
-                topic: topic.clone(),
-                reason: error.to_string(),
-            }),
+            Ok(_) => Err(failed("reported delivered without an offset".into())),
+            Err((error, _)) => Err(failed(error.to_string())),
         }
     }
+
+    /// Whether a first start was recorded under `name` on `topic` (its record), and
+    /// whether records were deleted from the topic's head (it may have been one).
+    pub fn first_start_of(
+        cfg: &KafkaConfig,
+        topic: &str,
+        name: &str,
+    ) -> Result<FirstStartRecord, SinkError> {
+        let key = first_start_key(name);
+        let Some(read) = super::consumer_markers::newest_of_keys(cfg, topic, 0, &[key.as_bytes()])?
+        else {
+            return Ok(FirstStartRecord::default());
+        };
+        let newest = read.newest.into_iter().next().flatten();
+        Ok(FirstStartRecord {
+            recorded: newest
+                .and_then(|r| r.value)
+                .map(|v| String::from_utf8_lossy(&v).into_owned()),
+            head_deleted_from: (read.log_start > 0).then_some(read.log_start),
+        })
+    }
+}
+
+/// What a checkpoint topic says of one name's first start.
+#[derive(Debug, Default)]
+pub struct FirstStartRecord {
+    /// The record's text ("first start recorded at unix ms …"), when there is one.
+    pub recorded: Option<String>,
+    /// Records were deleted from the head of the topic, below this offset.
+    pub head_deleted_from: Option<i64>,
 }
 
 /// What the checkpoint topic says of one transactional id's commit markers.
@@ -282,8 +311,8 @@ pub struct MarkerHistory {
 }
 
 /// The key of `checkpoint init`'s first-start record: beside the markers, never theirs.
-fn first_start_key(delivery: &DeliveryConfig) -> String {
-    format!("{}#first-start", delivery.transactional_id)
+fn first_start_key(name: &str) -> String {
+    format!("{name}#first-start")
 }
 
 /// True when a newer producer with the same `transactional.id` fenced this one.
