@@ -17,3 +17,82 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "outbox-router.replicas" -}}
 {{- if eq .Values.mode "standby" }}2{{ else }}1{{ end -}}
 {{- end -}}
+
+{{- define "outbox-router.exactlyOnce" -}}
+{{- if or (eq .Values.mode "standby") .Values.exactlyOnce }}true{{ end -}}
+{{- end -}}
+
+{{/*
+The router's configuration: values.config with the keys the chart owns, as a map.
+*/}}
+{{- define "outbox-router.config" -}}
+{{- $config := deepCopy (.Values.config | default dict) -}}
+{{- range $owned := list "checkpoint.dir" "checkpoint.name" "monitor.listen" "delivery.mode" "delivery.transactional_id" "ha.enabled" -}}
+{{- $path := splitList "." $owned -}}
+{{- if hasKey (get $config (first $path) | default dict) (last $path) -}}
+{{- fail (printf "config.%s is set by the chart: remove it from config (see values.yaml)" $owned) -}}
+{{- end -}}
+{{- end -}}
+{{- $name := include "outbox-router.fullname" . -}}
+{{- $checkpoint := dict "dir" "/var/lib/outbox-router/checkpoint" -}}
+{{- $monitor := dict "listen" (printf "0.0.0.0:%d" (int .Values.monitorPort)) -}}
+{{- if include "outbox-router.exactlyOnce" . -}}
+{{- $_ := set $config "delivery" (merge (dict "mode" "exactly-once" "transactional_id" (.Values.transactionalId | default $name)) (get $config "delivery" | default dict)) -}}
+{{- else -}}
+{{- $_ := set $checkpoint "name" $name -}}
+{{- end -}}
+{{- if eq .Values.mode "standby" -}}
+{{- $_ := set $config "ha" (merge (dict "enabled" true) (get $config "ha" | default dict)) -}}
+{{- end -}}
+{{- $_ := set $config "checkpoint" (merge $checkpoint (get $config "checkpoint" | default dict)) -}}
+{{- $_ := set $config "monitor" (merge $monitor (get $config "monitor" | default dict)) -}}
+{{- toJson $config -}}
+{{- end -}}
+
+{{/*
+A map as TOML: top-level values first, then one [section] per map, deeper maps and
+lists inline. Keys are quoted and scalars written as JSON, which TOML reads alike
+(numbers stay numbers: Helm's float64 values are written without exponents).
+*/}}
+{{- define "outbox-router.toml" -}}
+{{- range $key, $value := . }}
+{{- if not (kindIs "map" $value) }}
+{{ include "outbox-router.tomlKey" $key }} = {{ include "outbox-router.tomlValue" (list $key $value) }}
+{{- end }}
+{{- end }}
+{{- range $key, $value := . }}
+{{- if kindIs "map" $value }}
+
+[{{ include "outbox-router.tomlKey" $key }}]
+{{- range $k, $v := $value }}
+{{ include "outbox-router.tomlKey" $k }} = {{ include "outbox-router.tomlValue" (list (printf "%s.%s" $key $k) $v) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "outbox-router.tomlValue" -}}
+{{- $path := index . 0 -}}
+{{- $value := index . 1 -}}
+{{- if kindIs "map" $value -}}
+{ {{- $first := true -}}
+{{- range $k, $v := $value -}}
+{{- if not $first }}, {{ end -}}
+{{- $first = false -}}
+{{ include "outbox-router.tomlKey" $k }} = {{ include "outbox-router.tomlValue" (list (printf "%s.%s" $path $k) $v) }}
+{{- end -}} }
+{{- else if kindIs "slice" $value -}}
+[{{- range $i, $v := $value -}}
+{{- if $i }}, {{ end -}}
+{{ include "outbox-router.tomlValue" (list (printf "%s[%d]" $path $i) $v) }}
+{{- end -}}]
+{{- else if kindIs "invalid" $value -}}
+{{- fail (printf "config.%s is null: TOML has no null; remove the key for its default" $path) -}}
+{{- else -}}
+{{ toJson $value }}
+{{- end -}}
+{{- end -}}
+
+{{- define "outbox-router.tomlKey" -}}
+{{- if regexMatch "^[A-Za-z0-9_-]+$" . }}{{ . }}{{ else }}{{ toJson . }}{{ end -}}
+{{- end -}}
