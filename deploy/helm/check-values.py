@@ -7,18 +7,24 @@
    in the rendered outbox-router.toml under its section; the keys the chart owns are
    refused in values.config and rendered by the chart in the shapes they belong to.
 
-    deploy/helm/check-values.py HELM CHART_DIR
+3. NOTES.txt renders in every shape, and the repair pod it gives (`kubectl run
+   --overrides`) decodes strictly as a Kubernetes Pod (VALIDATOR) with the chart's
+   config, volume and secrets.
+
+    deploy/helm/check-values.py HELM CHART_DIR VALIDATOR
 """
 import copy
 import json
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 
 import yaml
 
-HELM, CHART = sys.argv[1], sys.argv[2]
+HELM, CHART, VALIDATOR = sys.argv[1], sys.argv[2], sys.argv[3]
 SHAPES = [
     {"mode": "single"},
     {"mode": "single", "exactlyOnce": True},
@@ -151,6 +157,32 @@ for (section, key) in OWNED:
     out = render({"config": {section: {key: "x"}}}, check=False)
     if out.returncode == 0 or "is set by the chart" not in out.stderr:
         problems.append(f"values.config.{section}.{key} is not refused (the chart sets it)")
+
+# 3. NOTES.txt: `helm template` leaves it out, so a copy of the chart prints it.
+with tempfile.TemporaryDirectory() as tmp:
+    chart = shutil.copytree(CHART, f"{tmp}/chart")
+    shutil.copy(f"{chart}/templates/NOTES.txt", f"{chart}/files/NOTES.txt")
+    with open(f"{chart}/templates/notes.yaml", "w") as f:
+        f.write('notes: {{ tpl (.Files.Get "files/NOTES.txt") . | toJson }}\n')
+    for shape, name in zip(SHAPES, SHAPE_NAMES):
+        out = subprocess.run([HELM, "template", "router", chart, "-f", "-", "--show-only", "templates/notes.yaml"],
+                             input=json.dumps(shape), capture_output=True, text=True)
+        if out.returncode != 0:
+            problems.append(f"{name}: NOTES.txt does not render: {out.stderr}")
+            continue
+        notes = yaml.safe_load(out.stdout)["notes"]
+        m = re.search(r"--overrides='(.*?)'", notes)
+        if not m:
+            problems.append(f"{name}: NOTES.txt gives no repair pod")
+            continue
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "repair"}, **json.loads(m.group(1))}
+        check = subprocess.run([VALIDATOR], input=json.dumps(pod), capture_output=True, text=True)
+        if check.returncode != 0:
+            problems.append(f"{name}: NOTES.txt's repair pod is not a valid Pod: {check.stdout}{check.stderr}")
+        (c,) = pod["spec"]["containers"]
+        mounts = {m["mountPath"] for m in c["volumeMounts"]}
+        if not {"/etc/outbox-router", "/var/lib/outbox-router"} <= mounts or "OUTBOX_DB_PASSWORD" not in str(c["env"]):
+            problems.append(f"{name}: NOTES.txt's repair pod lacks the config, the volume or the secrets")
 
 if problems:
     print("\n".join(problems))

@@ -8,6 +8,7 @@
 //! | 1 | error, printed once with its cause chain (`status`: warning) |
 //! | 2 | `status`: critical |
 //! | 3 | `run`: the checkpoint's binlog was purged, run `recover` or set `source.archive_dir` (`status`: unknown) |
+//! | 4 | `run`: no safe position to start from (a lost store or commit marker, another server's checkpoint, no store without `--init`): an operator must set one, as the message says; restarting cannot help |
 //! | 64 | usage error: unknown flag, missing argument (sysexits' EX_USAGE) |
 
 pub(crate) mod args;
@@ -30,6 +31,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use args::{Cli, Command};
+use outbox_router::checkpoint::CheckpointError;
 use outbox_router::config::Config;
 use outbox_router::pipeline::PipelineError;
 
@@ -37,6 +39,8 @@ use outbox_router::pipeline::PipelineError;
 pub(crate) const EXIT_USAGE: u8 = 64;
 /// `run`: the checkpoint's binlog file is gone from the server.
 const EXIT_PURGED: u8 = 3;
+/// `run`: no safe start position; an operator must set one.
+const EXIT_NEEDS_OPERATOR: u8 = 4;
 /// `status`: it cannot tell (Nagios UNKNOWN).
 const EXIT_UNKNOWN: u8 = 3;
 
@@ -89,8 +93,16 @@ pub(crate) fn exit_code_of(e: &anyhow::Error) -> ExitCode {
         c.downcast_ref::<PipelineError>()
             .is_some_and(PipelineError::is_purged)
     });
+    let needs_operator = e.chain().any(|c| {
+        c.downcast_ref::<PipelineError>()
+            .is_some_and(PipelineError::needs_operator)
+            || c.downcast_ref::<CheckpointError>()
+                .is_some_and(|e| matches!(e, CheckpointError::Missing { .. }))
+    });
     if purged {
         ExitCode::from(EXIT_PURGED)
+    } else if needs_operator {
+        ExitCode::from(EXIT_NEEDS_OPERATOR)
     } else {
         ExitCode::FAILURE
     }

@@ -129,6 +129,20 @@ impl PipelineError {
         matches!(self, PipelineError::Source(SourceError::Purged { .. }))
     }
 
+    /// True when no safe start position is known and restarting cannot find one: an
+    /// operator must set it (`recover`, `checkpoint set`) or bring back what was lost.
+    pub fn needs_operator(&self) -> bool {
+        matches!(
+            self,
+            PipelineError::StoreLost { .. }
+                | PipelineError::NoCommitMarker { .. }
+                | PipelineError::StoreWithoutMarker { .. }
+                | PipelineError::MarkerLost { .. }
+                | PipelineError::CheckpointOfOtherServer { .. }
+                | PipelineError::Checkpoint(CheckpointError::Missing { .. })
+        )
+    }
+
     /// Why a transient error restarts the pipeline, for `restarts_total{reason}`.
     pub fn restart_reason(&self) -> RestartReason {
         match self {

@@ -306,7 +306,8 @@ async fn missing_checkpoint_store_is_not_a_fresh_start() {
     sql(&mut conn, &[insert_sql(&db, "while-lost")]).await;
     let out = setup.cli(&["run"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    // 4: an operator must act; a service manager does not restart it.
+    assert_eq!(out.status.code(), Some(4), "{err}");
     assert!(err.contains("no checkpoint store in"), "{err}");
     assert!(!store.join("conf").exists(), "a store was created");
     // Mounted again: it resumes from its checkpoint and loses nothing.

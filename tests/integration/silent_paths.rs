@@ -491,7 +491,9 @@ async fn an_at_least_once_lost_volume_is_refused_when_named() {
         "{log}"
     );
     let init = setup.cli(&["checkpoint", "init"]);
-    assert!(!init.status.success(), "checkpoint init: {init:?}");
+    assert_eq!(init.status.code(), Some(4), "checkpoint init: {init:?}");
+    let run = setup.cli(&["run", "--init"]);
+    assert_eq!(run.status.code(), Some(4), "run --init: {run:?}");
     assert!(!store.exists(), "a refusal created the store");
     assert_eq!(count(&topics), 2, "nothing published past the refusals");
 

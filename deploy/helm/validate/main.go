@@ -35,6 +35,9 @@ func target(apiVersion, kind string) (any, error) {
 		return &corev1.Service{}, nil
 	case "v1/Secret":
 		return &corev1.Secret{}, nil
+	case "v1/Pod":
+		// NOTES.txt's repair pod (kubectl run --overrides).
+		return &corev1.Pod{}, nil
 	case "apps/v1/StatefulSet":
 		return &appsv1.StatefulSet{}, nil
 	case "policy/v1/PodDisruptionBudget":
