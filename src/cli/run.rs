@@ -19,7 +19,9 @@ pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<Ex
     }
     if matches!(sink, SinkArg::Kafka) {
         // Before `--init` creates anything: a property this build cannot honour stops here.
-        KafkaSink::check_properties(&config.kafka).context("kafka.properties")?;
+        KafkaSink::check_properties(&config.kafka)
+            .map_err(anyhow::Error::msg)
+            .context("kafka.properties")?;
     }
     if init {
         first_start(config).await?;

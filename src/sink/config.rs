@@ -77,6 +77,10 @@ impl KafkaConfig {
                 ));
             }
         }
+        // Here, at load, so no later client creation prints a property's value.
+        super::kafka::check_native(self).map_err(|e| {
+            format!("{e} (librdkafka's names: https://github.com/confluentinc/librdkafka/blob/master/CONFIGURATION.md; Java-only properties such as sasl.jaas.config have librdkafka equivalents, e.g. sasl.username / sasl.password)")
+        })?;
         Ok(())
     }
 

@@ -124,3 +124,49 @@ async fn kafka_sasl_plain_through_passed_properties() {
         "{status}"
     );
 }
+
+/// A misspelt, a Java-only and a malformed Kafka property, each holding a secret from
+/// `${env:}`: every command refuses the config naming the property, and no output
+/// carries the value (librdkafka's own error text does: `… "sasl.pasword" sasl.pasword
+/// VALUE`).
+#[tokio::test(flavor = "multi_thread")]
+async fn kafka_property_errors_never_print_the_value() {
+    let (_conn, mut setup) = fresh("prop_secret").await;
+    let canary = format!("canary-{}-kpw", std::process::id());
+    let env = [("KPW", canary.as_str())];
+    for (key, why) in [
+        ("sasl.pasword", "No such configuration property"),
+        (
+            "sasl.jaas.config",
+            "Java JAAS configuration is not supported",
+        ),
+        ("linger.ms", "Invalid value"),
+    ] {
+        setup.kafka_properties = vec![(key.to_string(), "${env:KPW}".to_string())];
+        for args in [
+            &["validate"][..],
+            &["run"],
+            &["run", "--init"],
+            &["checkpoint", "init"],
+            &["status"],
+            &["status", "--json"],
+            &["checkpoint", "show"],
+        ] {
+            let out = setup.cli_env(args, &env);
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(!out.status.success(), "{key}, {args:?}: {text}");
+            assert!(
+                !text.contains(&canary),
+                "{key}, {args:?} printed the value:\n{text}"
+            );
+            assert!(
+                text.contains(key) && text.contains(why),
+                "{key}, {args:?}: {text}"
+            );
+        }
+    }
+}

@@ -51,6 +51,29 @@ pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
     c
 }
 
+/// librdkafka's word on the producer's properties, without their values: its error text
+/// carries the value, which may be a secret resolved from `${env:}` or `${file:}`.
+pub fn check_native(cfg: &KafkaConfig) -> Result<(), String> {
+    client_config(cfg)
+        .create_native_config()
+        .map(drop)
+        .map_err(|e| without_values(&e))
+}
+
+/// A librdkafka error as text, any configuration value it carries hidden.
+pub fn without_values(e: &rdkafka::error::KafkaError) -> String {
+    match e {
+        rdkafka::error::KafkaError::ClientConfig(_, desc, key, value) => {
+            let desc = match value.is_empty() {
+                true => desc.clone(),
+                false => desc.replace(value.as_str(), "(value hidden)"),
+            };
+            format!("kafka.properties.\"{key}\": {desc}")
+        }
+        other => other.to_string(),
+    }
+}
+
 /// A consumer's configuration: the user's properties (security, …) and the brokers.
 pub fn consumer_config(cfg: &KafkaConfig) -> ClientConfig {
     let mut c = ClientConfig::new();

@@ -46,10 +46,12 @@ impl KafkaSink {
 
     /// Whether librdkafka accepts these properties: a protocol or mechanism this build
     /// lacks, or a malformed value, is refused here, before anything else happens.
-    pub fn check_properties(cfg: &KafkaConfig) -> Result<(), KafkaError> {
+    /// The error's text hides any property value (see `without_values`).
+    pub fn check_properties(cfg: &KafkaConfig) -> Result<(), String> {
         client_config(cfg)
             .create::<rdkafka::producer::BaseProducer>()
             .map(drop)
+            .map_err(|e| super::without_values(&e))
     }
 
     /// The features of the linked librdkafka (`builtin.features`: ssl, sasl_scram,
