@@ -8,12 +8,20 @@ use tracing::{info, warn};
 
 use super::args::SinkArg;
 use outbox_router::config::Config;
-use outbox_router::monitor::Metrics;
+use outbox_router::monitor::{Metrics, RunLock};
 use outbox_router::pipeline::{self, FirstStart, SinkKind};
 use outbox_router::sink::KafkaSink;
 
 /// Streams until SIGINT/SIGTERM; `init` creates a missing checkpoint store first.
 pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<ExitCode> {
+    // First: from here on `status` calls this router starting, not stopped.
+    let metrics = Metrics::default();
+    match RunLock::take(&config.checkpoint.dir) {
+        Ok(lock) => drop(tokio::spawn(lock.follow(metrics.router_state()))),
+        Err(e) => {
+            warn!(dir = %config.checkpoint.dir.display(), error = %e, "cannot hold the store's run lock: `status` calls this router stopped unless its endpoint answers")
+        }
+    }
     for key in &config.inline_secrets {
         warn!(key = %key, "a secret is written into the config file: reference it as \"${{env:VARIABLE}}\" or \"${{file:PATH}}\"");
     }
@@ -33,7 +41,7 @@ pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<Ex
         SinkArg::Stdout => SinkKind::Stdout,
         SinkArg::Null => SinkKind::Null,
     };
-    pipeline::run(config, sink, shutdown, Metrics::default()).await?;
+    pipeline::run(config, sink, shutdown, metrics).await?;
     Ok(ExitCode::SUCCESS)
 }
 

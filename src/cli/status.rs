@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 
 use super::EXIT_UNKNOWN;
-use outbox_router::checkpoint::CheckpointStore;
+use outbox_router::checkpoint::{now_ms, CheckpointStore};
 use outbox_router::config::Config;
-use outbox_router::monitor::Status;
+use outbox_router::monitor::{RouterState, RunLock, Status, Unobserved};
 use outbox_router::source;
 
 /// Prints the status (text or JSON); the exit code is the verdict's.
@@ -35,8 +35,11 @@ pub(super) async fn run(
     }
 }
 
-/// Asks the running router first; when it does not answer, reads the store and the server.
+/// Asks the running router first; when it has no observation to give, reads the store
+/// and the server, and calls it starting (or standby) when its process runs — it says
+/// so, or holds the store's run lock — and stopped when not.
 async fn observe(config: &Config) -> Result<Status> {
+    let mut unobserved = None;
     if let Some(addr) = config.monitor.listen_addr() {
         let url = format!("http://{addr}/status");
         let client = reqwest::Client::builder()
@@ -49,17 +52,32 @@ async fn observe(config: &Config) -> Result<Status> {
                     .await
                     .with_context(|| format!("reading {url}"));
             }
+            unobserved = resp.json::<Unobserved>().await.ok();
         }
     }
     let dir = &config.checkpoint.dir;
-    if !CheckpointStore::exists(dir) {
+    let holder = RunLock::holder(dir);
+    let runs = unobserved.is_some() || holder.is_some();
+    if !CheckpointStore::exists(dir) && !runs {
         bail!("{}", super::no_store_at(dir));
     }
     let checkpoint = CheckpointStore::peek(dir)
         .context("the router's endpoint did not answer and its checkpoint store is not readable")?;
     let mut conn = source::connect(&config.source).await?;
-    Ok(
+    let mut status =
         outbox_router::monitor::status::observe(&mut conn, checkpoint.as_ref(), false, None)
-            .await?,
-    )
+            .await?;
+    if let Some(state) = unobserved
+        .as_ref()
+        .map(|u| u.router)
+        .or(holder.as_ref().map(|h| h.state))
+    {
+        status.router = state;
+        status.live = unobserved.map(|u| u.live);
+        status.starting_secs = holder
+            .and_then(|h| h.started_ms)
+            .filter(|_| state != RouterState::Running)
+            .map(|ms| ((now_ms() - ms) / 1000).max(0));
+    }
+    Ok(status)
 }

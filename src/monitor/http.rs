@@ -74,6 +74,13 @@ async fn ready(State(m): State<Metrics>) -> impl IntoResponse {
 async fn status(State(m): State<Metrics>) -> impl IntoResponse {
     match m.status() {
         Some(s) => Json(serde_json::to_value(s).unwrap_or_default()).into_response(),
-        None => (StatusCode::SERVICE_UNAVAILABLE, "no observation yet\n").into_response(),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(super::status::Unobserved::new(
+                *m.router_state().borrow(),
+                m.live(),
+            )),
+        )
+            .into_response(),
     }
 }

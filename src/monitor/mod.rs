@@ -7,6 +7,7 @@ mod metrics;
 mod progress;
 pub mod retention;
 mod role;
+mod run_lock;
 pub mod status;
 mod task_progress;
 mod watch;
@@ -18,6 +19,7 @@ pub use metrics::{
 };
 pub use progress::Progress;
 pub use role::Role;
-pub use status::{Status, Thresholds, Verdict};
+pub use run_lock::{Holder, RunLock};
+pub use status::{RouterState, Status, Thresholds, Unobserved, Verdict};
 pub use task_progress::TaskProgress;
 pub use watch::watch;

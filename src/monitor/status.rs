@@ -46,11 +46,56 @@ pub struct Thresholds {
     pub repair_secs: Option<u64>,
 }
 
+/// A router starting this long without its first observation is a warning: a start
+/// takes seconds, a wait for Kafka or the source can take forever.
+const STARTING_WARN_SECS: i64 = 120;
+
+/// What the router's process is doing, as far as `status` can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RouterState {
+    /// Its endpoint answered with an observation.
+    Running,
+    /// Its process runs (it holds the store's run lock, or its endpoint answers) and
+    /// has not published its first observation yet.
+    Starting,
+    /// Under `[ha]`, waiting for the lead: it observes nothing until it leads.
+    Standby,
+    /// No process runs on this store.
+    Stopped,
+}
+
+/// What a router's `/status` answers (with 503) before its first observation: that it
+/// runs, and its own view.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Unobserved {
+    /// `starting` or `standby`.
+    pub router: RouterState,
+    /// Why there are no figures.
+    pub reason: String,
+    /// Its own view (role, readiness).
+    pub live: Live,
+}
+
+impl Unobserved {
+    /// What a router says of itself before its first observation.
+    pub fn new(router: RouterState, live: Live) -> Self {
+        Self {
+            router,
+            reason: "no observation yet".into(),
+            live,
+        }
+    }
+}
+
 /// Measurements plus verdict.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Status {
-    /// `running` (answered by the router's endpoint) or `stopped`.
-    pub router: String,
+    /// Running, starting, standby or stopped.
+    pub router: RouterState,
+    /// Seconds since a `starting` router's process started, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starting_secs: Option<i64>,
     /// The durable checkpoint.
     pub checkpoint: Option<String>,
     /// Commit time of the checkpoint's transaction (ms since epoch).
@@ -148,7 +193,12 @@ pub async fn observe(
     let size_limit_bytes = retention::size_limit(conn).await?;
     let now = now_ms();
     let mut status = Status {
-        router: if running { "running" } else { "stopped" }.into(),
+        router: if running {
+            RouterState::Running
+        } else {
+            RouterState::Stopped
+        },
+        starting_secs: None,
         checkpoint: checkpoint.map(|c| c.position.to_string()),
         checkpoint_commit_time_ms: checkpoint.map(|c| c.commit_time_ms),
         checkpoint_age_secs: checkpoint.map(|c| (now - c.written_at_ms) / 1000),
@@ -218,14 +268,22 @@ impl Status {
             verdict = verdict.max(v);
             reasons.push(why);
         };
-        if self.checkpoint.is_none() {
+        // A first start, or a standby that never led, has no checkpoint yet: only a
+        // router that is not running has no business being without one.
+        let on_its_way = matches!(self.router, RouterState::Starting | RouterState::Standby);
+        if self.checkpoint.is_none() && !on_its_way {
             raise(
                 Verdict::Warning,
                 "no checkpoint yet: the router has never run with this store".into(),
             );
         }
-        if self.router != "running" {
-            raise(Verdict::Warning, "router is not running".into());
+        match (self.router, self.starting_secs) {
+            (RouterState::Starting, Some(secs)) if secs > STARTING_WARN_SECS => raise(
+                Verdict::Warning,
+                format!("starting for {secs} s without a first observation (is it waiting for Kafka or the source? see its log)"),
+            ),
+            (RouterState::Stopped, _) => raise(Verdict::Warning, "router is not running".into()),
+            _ => {}
         }
         // A reconnect is a blip; records waiting past the bound are the problem.
         let stalled = self
@@ -329,7 +387,23 @@ impl Status {
             }};
         }
         let verdict = format!("{:?}", self.verdict).to_uppercase();
-        line!("{verdict}: router {}", self.router);
+        let since = self
+            .starting_secs
+            .map(|secs| format!("started {secs} s ago; "))
+            .unwrap_or_default();
+        match self.router {
+            RouterState::Running if self.live.is_none() => line!(
+                "{verdict}: router running (its endpoint is off: these figures are read from the store and the server)"
+            ),
+            RouterState::Running => line!("{verdict}: router running"),
+            RouterState::Stopped => line!("{verdict}: router stopped"),
+            RouterState::Starting => line!(
+                "{verdict}: router starting ({since}no observation yet: these figures are read from the store and the server)"
+            ),
+            RouterState::Standby => line!(
+                "{verdict}: router standby ({since}waiting for the lead; no observation until it leads: these figures are read from its store and the server)"
+            ),
+        }
         let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
         line!("  checkpoint:      {}", opt(self.checkpoint.clone()));
         line!("  server position: {}", self.server_position);
@@ -393,7 +467,8 @@ mod tests {
 
     fn base() -> Status {
         Status {
-            router: "running".into(),
+            router: RouterState::Running,
+            starting_secs: None,
             checkpoint: Some("mysql-bin.000001:4".into()),
             checkpoint_commit_time_ms: Some(1),
             checkpoint_age_secs: Some(0),
@@ -456,5 +531,38 @@ mod tests {
         s.purged = true;
         s.judge(&thresholds());
         assert_eq!(s.verdict, Verdict::Critical);
+    }
+
+    #[test]
+    fn a_start_is_no_alarm_until_it_lasts() {
+        let mut s = base();
+        s.router = RouterState::Starting;
+        s.checkpoint = None;
+        s.starting_secs = Some(3);
+        s.judge(&thresholds());
+        assert_eq!(s.verdict, Verdict::Ok, "{:?}", s.reasons);
+        assert!(s
+            .render()
+            .starts_with("OK: router starting (started 3 s ago; no observation yet"));
+        s.starting_secs = Some(STARTING_WARN_SECS + 1);
+        s.judge(&thresholds());
+        assert_eq!(s.verdict, Verdict::Warning);
+        assert!(
+            s.reasons[0].starts_with("starting for 121 s"),
+            "{:?}",
+            s.reasons
+        );
+        s.router = RouterState::Standby;
+        s.judge(&thresholds());
+        assert_eq!(s.verdict, Verdict::Ok, "a standby waits as long as it must");
+        s.router = RouterState::Stopped;
+        s.judge(&thresholds());
+        assert_eq!(
+            s.reasons,
+            [
+                "no checkpoint yet: the router has never run with this store",
+                "router is not running"
+            ]
+        );
     }
 }

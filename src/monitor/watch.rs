@@ -10,6 +10,9 @@ use super::MonitorConfig;
 use super::{status, Metrics, Verdict};
 use crate::source::{self, SourceConfig};
 
+/// How soon the first observation is tried again while the start is not yet known.
+const FIRST_OBSERVATION_RETRY: Duration = Duration::from_millis(250);
+
 /// How often a bad verdict is logged again while it lasts.
 const REPEAT: Duration = Duration::from_secs(60);
 
@@ -38,8 +41,10 @@ pub async fn watch(
                 }
             }
         }
-        // Until the pipeline has found or recorded its start there is nothing to judge.
+        // Until the pipeline has found or recorded its start there is nothing to judge;
+        // it is asked again soon, so the first observation follows the start closely.
         let Some(checkpoint) = metrics.checkpoint() else {
+            tick.reset_after(FIRST_OBSERVATION_RETRY);
             continue;
         };
         let checkpoint = Some(checkpoint);

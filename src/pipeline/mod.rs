@@ -88,6 +88,8 @@ pub async fn run(
                 source,
             })?;
     }
+    // Tests hold a start here (`sleep(MS)`) to see what `status` says meanwhile.
+    fail::fail_point!("pipeline.before_first_observation");
     let watcher = crate::monitor::watch(
         &config.source,
         &config.monitor,

@@ -400,3 +400,60 @@ async fn metrics_endpoint_matches_the_docs() {
     }
     println!("metrics documented and exposed: {}", documented.len());
 }
+
+/// `status` right after a start, while the first observation is not there yet, and after
+/// a kill -9: starting, then running, never stopped while the process runs — with the
+/// endpoint on (it answers "no observation yet") and off (the store's run lock tells) —
+/// and stopped once the process is gone. The start is held 6 s by a failpoint, as a
+/// slow source or broker would hold it.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_tells_starting_from_running_from_stopped() {
+    let _settings = SERVER_SETTINGS.read().await;
+    for monitor_off in [false, true] {
+        let (mut conn, mut setup) = fresh("signals_starting").await;
+        setup.monitor_off = monitor_off;
+        // The default interval: the first observation must not wait for it.
+        setup.monitor_toml = "interval_secs = 10\n".into();
+        let db = setup.db.clone();
+        let status = |setup: &RouterSetup| {
+            let out = setup.cli(&["status", "--json"]);
+            let st: serde_json::Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("status --json: {e}: {out:?}"));
+            (out.status.code(), st)
+        };
+        let started = Instant::now();
+        let mut router = setup.start_router_with(
+            &[(
+                "FAILPOINTS",
+                "pipeline.before_first_observation=sleep(6000)",
+            )],
+            &["--init"],
+        );
+        for (at, expected) in [(500, "starting"), (2_000, "starting"), (12_000, "running")] {
+            let at = Duration::from_millis(at);
+            tokio::time::sleep(at.saturating_sub(started.elapsed())).await;
+            let (code, st) = status(&setup);
+            let context = format!("monitor off: {monitor_off}, {at:?} after the start: {st}");
+            assert_eq!(st["router"], expected, "{context}\n{}", router.log());
+            assert_eq!(code, Some(0), "{context}");
+            if expected == "starting" {
+                let text = String::from_utf8(setup.cli(&["status"]).stdout).unwrap();
+                assert!(
+                    text.starts_with("OK: router starting (started ")
+                        && text.contains("no observation yet"),
+                    "{text}"
+                );
+            }
+        }
+        // Streaming, really: an event goes through.
+        insert_txn(&mut conn, &db, &[Ev::new("st-1", "Order", "a", "{}")]).await;
+        assert_eq!(
+            wait_for_count(&[setup.topic("Order")], 1, Duration::from_secs(60)),
+            1
+        );
+        router.kill9();
+        let (code, st) = status(&setup);
+        assert_eq!(st["router"], "stopped", "after kill -9: {st}");
+        assert_eq!(code, Some(1), "a stopped router is a warning: {st}");
+    }
+}

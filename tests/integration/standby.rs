@@ -134,6 +134,11 @@ async fn leader_and_standby(p: &Pair) -> (RouterProcess, RouterProcess, Writer) 
     wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
     let b = p.b.start_router();
     wait_standby_ready(p.b.monitor_port, &b).await;
+    // A healthy standby is neither stopped nor a start that never ends.
+    let out = p.b.cli(&["status", "--json"]);
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["router"], "standby", "{st}");
+    assert_eq!(out.status.code(), Some(0), "{st}");
     let writer = Writer::start(&p.a.db);
     tokio::time::sleep(Duration::from_secs(3)).await;
     (a, b, writer)

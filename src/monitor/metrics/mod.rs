@@ -6,6 +6,7 @@ mod catalog;
 mod kafka_stats;
 mod optional;
 mod readiness;
+mod router_state;
 mod status_cache;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -83,6 +84,8 @@ struct Inner {
     /// `/ready` fails once undelivered records waited this long without a delivery.
     ready_max_stall_ms: AtomicU64,
     state: Mutex<State>,
+    /// Starting, standby or running, as it changes (for the run lock).
+    router_state: tokio::sync::watch::Sender<super::RouterState>,
 }
 
 /// What the status endpoint reports, kept beside the metrics.
@@ -117,6 +120,7 @@ impl Default for Metrics {
             ready_max_stall_ms: AtomicU64::new(60_000),
             registry,
             state: Mutex::new(State::default()),
+            router_state: tokio::sync::watch::channel(super::RouterState::Starting).0,
         };
         // Series that exist from the start, at 0: `rate()` and alerts see the first
         // increase, and a scrape shows every documented metric.

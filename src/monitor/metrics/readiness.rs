@@ -49,6 +49,8 @@ impl Metrics {
         if role == Role::Standby {
             state.role.standby_check = Err("standby: not checked yet".into());
         }
+        drop(state);
+        self.publish_router_state();
     }
     /// This instance's part.
     pub fn role(&self) -> Role {
