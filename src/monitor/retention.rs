@@ -5,20 +5,42 @@
 //! transaction, so `commit time + retention − now` never overstates the runway: alerts
 //! come early, never late. The file still being written is never purged.
 
+use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
 use crate::position::{BinlogFile, Position};
 use crate::source::server::{self, BinlogFileInfo};
 use crate::source::SourceError;
 
+/// How long the server keeps a binlog file after its last write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// Never purged by age.
+    Forever,
+    /// Purged this many seconds after its last write.
+    Secs(u64),
+    /// The governing setting cannot be read: no runway is promised, none made up.
+    Unknown,
+}
+
+impl Kept {
+    /// Seconds, when known and bounded.
+    pub fn secs(self) -> Option<u64> {
+        match self {
+            Kept::Secs(s) => Some(s),
+            Kept::Forever | Kept::Unknown => None,
+        }
+    }
+}
+
 /// Where the retention comes from, and what it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Retention {
-    /// Seconds a binlog file is kept after its last write; `None`: never purged by age.
-    pub secs: Option<u64>,
+    pub kept: Kept,
     /// The setting that governs it, as an operator would look it up.
     pub setting: &'static str,
-    /// What is wrong with it, with the fix (a managed server that purges at once).
+    /// What is wrong with it, with the fix (a managed server that purges at once, or
+    /// whose setting this user may not read).
     pub problem: Option<String>,
 }
 
@@ -27,71 +49,32 @@ pub struct Retention {
 /// minutes while it is NULL (their default).
 const RDS_SETTING: &str = "Amazon RDS / Aurora `binlog retention hours`";
 const RDS_SHOW: &str = "CALL mysql.rds_show_configuration";
+const VARIABLES_SETTING: &str = "binlog_expire_logs_seconds / expire_logs_days";
 
 /// The retention that governs this server: a managed platform's own setting where it
 /// has one (RDS / Aurora), else the server's variables.
 pub async fn retention(conn: &mut Conn) -> Result<Retention, SourceError> {
-    let rds = match rds_retention_hours(conn).await {
-        Ok(rds) => rds,
-        // On RDS but not allowed to ask: the variables do not govern, say so.
-        Err(
-            e @ SourceError::Query {
-                query: RDS_SHOW, ..
-            },
-        ) => {
-            return Ok(Retention {
-                secs: retention_secs(conn).await?,
-                setting: RDS_SETTING,
-                problem: Some(format!("{RDS_SETTING} cannot be read ({e}), and the server variables do not govern retention there; fix: GRANT EXECUTE ON PROCEDURE mysql.rds_show_configuration TO the router's user")),
-            });
-        }
-        Err(e) => return Err(e),
-    };
-    if let Some(hours) = rds {
-        return Ok(match hours {
-            Some(h) => Retention {
-                secs: Some(h * 3600),
-                setting: RDS_SETTING,
-                problem: None,
-            },
-            None => Retention {
-                // Purged "as soon as possible": no runway at all.
-                secs: Some(0),
-                setting: RDS_SETTING,
-                problem: Some(format!("{RDS_SETTING} is NULL, so binlogs are purged within minutes whatever binlog_expire_logs_seconds says; fix: CALL mysql.rds_set_configuration('binlog retention hours', 168) (hours: at least detection + repair time)")),
-            },
+    if !on_rds(conn).await? {
+        return Ok(Retention {
+            kept: retention_secs(conn)
+                .await?
+                .map_or(Kept::Forever, Kept::Secs),
+            setting: VARIABLES_SETTING,
+            problem: None,
         });
     }
-    Ok(Retention {
-        secs: retention_secs(conn).await?,
-        setting: "binlog_expire_logs_seconds / expire_logs_days",
-        problem: None,
-    })
-}
-
-/// `Some(hours)` on RDS / Aurora (`Some(None)`: NULL); `None` elsewhere.
-async fn rds_retention_hours(conn: &mut Conn) -> Result<Option<Option<u64>>, SourceError> {
-    use mysql_async::prelude::Queryable;
-    const FIND: &str = "SELECT COUNT(*) FROM information_schema.ROUTINES \
-        WHERE ROUTINE_SCHEMA = 'mysql' AND ROUTINE_NAME = 'rds_show_configuration'";
-    let present: u64 = conn
-        .query_first(FIND)
-        .await
-        .map_err(|source| SourceError::Query {
-            query: FIND,
-            source,
-        })?
-        .unwrap_or(0);
-    if present == 0 {
-        return Ok(None);
-    }
-    let rows: Vec<mysql_async::Row> =
-        conn.query(RDS_SHOW)
-            .await
-            .map_err(|source| SourceError::Query {
-                query: RDS_SHOW,
-                source,
-            })?;
+    let rows: Vec<mysql_async::Row> = match conn.query(RDS_SHOW).await {
+        Ok(rows) => rows,
+        // On RDS but not allowed to ask: the variables do not govern, and nothing else
+        // tells; unknown, with the grant that makes it known.
+        Err(e) => {
+            return Ok(Retention {
+                kept: Kept::Unknown,
+                setting: RDS_SETTING,
+                problem: Some(format!("unknown: {RDS_SETTING} cannot be read by this user ({RDS_SHOW}: {e}), and the server variables do not govern retention on RDS / Aurora; fix: GRANT EXECUTE ON PROCEDURE mysql.rds_show_configuration TO the router's user")),
+            });
+        }
+    };
     let hours = rows.iter().find_map(|row| {
         let name: Option<String> = row.get_opt(0)?.ok();
         if !name?.eq_ignore_ascii_case("binlog retention hours") {
@@ -100,7 +83,46 @@ async fn rds_retention_hours(conn: &mut Conn) -> Result<Option<Option<u64>>, Sou
         let value: Option<String> = row.get_opt(1)?.ok().flatten();
         Some(value.and_then(|v| v.trim().parse::<u64>().ok()))
     });
-    Ok(Some(hours.flatten()))
+    Ok(match hours.flatten() {
+        Some(h) => Retention {
+            kept: Kept::Secs(h * 3600),
+            setting: RDS_SETTING,
+            problem: None,
+        },
+        None => Retention {
+            // Purged "as soon as possible": no runway at all.
+            kept: Kept::Secs(0),
+            setting: RDS_SETTING,
+            problem: Some(format!("{RDS_SETTING} is NULL, so binlogs are purged within minutes whatever binlog_expire_logs_seconds says; fix: CALL mysql.rds_set_configuration('binlog retention hours', 168) (hours: at least detection + repair time)")),
+        },
+    })
+}
+
+/// RDS / Aurora, told by what every user can read: RDS installs the server under
+/// `/rdsdbbin/` (its `basedir`), Aurora MySQL has `aurora_version` (AWS documents
+/// `SELECT @@aurora_version`). `information_schema.ROUTINES` would hide RDS's procedures
+/// from a user without EXECUTE on them; it only adds a third sign.
+async fn on_rds(conn: &mut Conn) -> Result<bool, SourceError> {
+    let basedir = server::variable(conn, "basedir").await?;
+    let aurora = server::variable(conn, "aurora_version").await?;
+    const FIND: &str = "SELECT COUNT(*) FROM information_schema.ROUTINES \
+        WHERE ROUTINE_SCHEMA = 'mysql' AND ROUTINE_NAME = 'rds_show_configuration'";
+    let procedure: u64 = conn
+        .query_first(FIND)
+        .await
+        .map_err(|source| SourceError::Query {
+            query: FIND,
+            source,
+        })?
+        .unwrap_or(0);
+    Ok(is_rds(basedir.as_deref(), aurora.as_deref(), procedure > 0))
+}
+
+/// The rule of `on_rds`, on the values it read.
+fn is_rds(basedir: Option<&str>, aurora_version: Option<&str>, procedure_visible: bool) -> bool {
+    basedir.is_some_and(|d| d.contains("/rdsdbbin/"))
+        || aurora_version.is_some_and(|v| !v.trim().is_empty())
+        || procedure_visible
 }
 
 /// The server's binlog retention in seconds; `None` when binlogs never expire.
@@ -139,9 +161,9 @@ pub enum Runway {
     Purged,
     /// Nothing expires (no retention set).
     Unbounded,
-    /// The checkpoint's commit time is not known (a first start at a given or the
-    /// earliest position, before its first transaction is acknowledged): no bound can be
-    /// promised, and none is made up.
+    /// The retention cannot be read, or the checkpoint's commit time is not known (a
+    /// first start at a given or the earliest position, before its first transaction is
+    /// acknowledged): no bound can be promised, and none is made up.
     Unknown,
     /// Seconds left (negative: overdue, the purge can happen any time).
     Seconds(i64),
@@ -154,14 +176,16 @@ pub fn runway(
     checkpoint_commit_ms: i64,
     files: &[BinlogFileInfo],
     current: &BinlogFile,
-    retention_secs: Option<u64>,
+    kept: Kept,
     now_ms: i64,
 ) -> Runway {
     if !files.iter().any(|f| f.file == checkpoint.file) {
         return Runway::Purged;
     }
-    let Some(retention) = retention_secs else {
-        return Runway::Unbounded;
+    let retention = match kept {
+        Kept::Forever => return Runway::Unbounded,
+        Kept::Unknown => return Runway::Unknown,
+        Kept::Secs(s) => s,
     };
     if &checkpoint.file == current {
         // Full retention starts only when the file is rotated away.
@@ -213,29 +237,48 @@ mod tests {
             now - 60 * 3600 * 1000,
             &files(),
             &current,
-            Some(3 * day),
+            Kept::Secs(3 * day),
             now,
         );
         assert_eq!(r, Runway::Seconds(12 * 3600));
         assert_eq!(
-            runway(&cp, 0, &files(), &current, None, now),
+            runway(&cp, 0, &files(), &current, Kept::Forever, now),
             Runway::Unbounded
+        );
+        // A retention that cannot be read promises nothing, even with a commit time.
+        assert_eq!(
+            runway(&cp, now - 1000, &files(), &current, Kept::Unknown, now),
+            Runway::Unknown
         );
         // A first start's checkpoint without a commit time: unknown, never "overdue".
         assert_eq!(
-            runway(&cp, 0, &files(), &current, Some(3 * day), now),
+            runway(&cp, 0, &files(), &current, Kept::Secs(3 * day), now),
             Runway::Unknown
         );
         let gone: Position = "mysql-bin.000000:4".parse().unwrap();
         assert_eq!(
-            runway(&gone, 0, &files(), &current, Some(day), now),
+            runway(&gone, 0, &files(), &current, Kept::Secs(day), now),
             Runway::Purged
         );
         let in_current: Position = "mysql-bin.000003:4".parse().unwrap();
         assert_eq!(
-            runway(&in_current, 0, &files(), &current, Some(day), now),
+            runway(&in_current, 0, &files(), &current, Kept::Secs(day), now),
             Runway::Seconds(day as i64)
         );
+    }
+
+    #[test]
+    fn rds_and_aurora_told_by_what_every_user_reads() {
+        assert!(is_rds(Some("/rdsdbbin/mysql-8.0.35.R2/"), None, false));
+        assert!(is_rds(
+            Some("/rdsdbbin/oscar-8.0.mysql_aurora.3.05.2/"),
+            None,
+            false
+        ));
+        assert!(is_rds(Some("/usr/"), Some("3.05.2"), false));
+        assert!(is_rds(Some("/usr/"), None, true));
+        assert!(!is_rds(Some("/usr/"), None, false));
+        assert!(!is_rds(None, Some(""), false));
     }
 
     #[test]

@@ -108,8 +108,11 @@ pub struct Status {
     pub bytes_behind: Option<u64>,
     /// Now minus the checkpoint's commit time; 0 when no transaction committed since.
     pub lag_ms: Option<i64>,
-    /// Server binlog retention (seconds); `None`: never expires.
+    /// Server binlog retention (seconds); `None`: never expires, or unknown.
     pub retention_secs: Option<u64>,
+    /// The retention cannot be read (`retention_problem` says why and the fix).
+    #[serde(default)]
+    pub retention_unknown: bool,
     /// The setting that governs it (the server's variables, or a managed platform's).
     #[serde(default)]
     pub retention_setting: String,
@@ -189,7 +192,7 @@ pub async fn observe(
     let current = server::current_position(conn, flavor).await?;
     let files = server::binary_logs(conn).await?;
     let retention = retention::retention(conn).await?;
-    let retention_secs = retention.secs;
+    let retention_secs = retention.kept.secs();
     let size_limit_bytes = retention::size_limit(conn).await?;
     let now = now_ms();
     let mut status = Status {
@@ -206,6 +209,7 @@ pub async fn observe(
         bytes_behind: None,
         lag_ms: None,
         retention_secs,
+        retention_unknown: retention.kept == retention::Kept::Unknown,
         retention_setting: retention.setting.to_string(),
         retention_problem: retention.problem,
         runway_secs: None,
@@ -247,7 +251,7 @@ pub async fn observe(
             cp.commit_time_ms,
             &files,
             &current.file,
-            retention_secs,
+            retention.kept,
             now,
         ) {
             Runway::Purged => status.purged = true,
@@ -300,7 +304,12 @@ impl Status {
             raise(Verdict::Critical, format!("server setting: {problem}"));
         }
         if let Some(problem) = &self.retention_problem {
-            raise(Verdict::Critical, format!("binlog retention: {problem}"));
+            // Unknown is not yet gone: a warning until someone grants the read.
+            let level = match self.retention_unknown {
+                true => Verdict::Warning,
+                false => Verdict::Critical,
+            };
+            raise(level, format!("binlog retention: {problem}"));
         }
         if self.purged {
             raise(
@@ -418,6 +427,7 @@ impl Status {
         line!("  lag:             {lag}");
         let retention = match self.retention_secs {
             Some(r) => format!("{r} s ({:.1} h)", r as f64 / 3600.0),
+            None if self.retention_unknown => "unknown (cannot be read)".into(),
             None => "none (binlogs never expire)".into(),
         };
         line!(
@@ -427,6 +437,9 @@ impl Status {
         let runway = match (self.purged, self.runway_secs) {
             (true, _) => "0 (purged)".to_string(),
             (false, Some(r)) => format!("{r} s ({:.1} h)", r as f64 / 3600.0),
+            (false, None) if self.retention_unknown => {
+                "unknown (the retention cannot be read)".into()
+            }
             (false, None) if self.runway_unknown => {
                 "unknown until the first transaction is acknowledged (the start position has no commit time)".into()
             }
@@ -478,6 +491,7 @@ mod tests {
             retention_secs: Some(72 * 3600),
             retention_setting: "binlog_expire_logs_seconds / expire_logs_days".into(),
             retention_problem: None,
+            retention_unknown: false,
             runway_secs: Some(60 * 3600),
             runway_unknown: false,
             size_limit_bytes: None,

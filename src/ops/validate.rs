@@ -345,7 +345,7 @@ async fn check_retention(conn: &mut mysql_async::Conn, config: &Config, out: &mu
     let t = config.monitor.thresholds(None, None);
     let budget = t.detect_secs.zip(t.repair_secs).map(|(d, r)| d + r);
     let hours = |s: u64| format!("{:.1} h", s as f64 / 3600.0);
-    match (retention.secs, budget) {
+    match (retention.kept.secs(), budget) {
         (None, _) => out.push(Finding::ok(
             CHECK,
             format!("binlogs never expire ({})", retention.setting),

@@ -48,7 +48,9 @@ impl Metrics {
             status.runway_secs,
             status.retention_secs.map(|s| s as i64),
         );
-        let retention_problem = usize::from(status.retention_problem.is_some());
+        // An unreadable retention is a warning of its own, not a wrong setting.
+        let retention_problem =
+            usize::from(status.retention_problem.is_some() && !status.retention_unknown);
         i.m.settings_problems
             .set((status.server_settings.len() + retention_problem) as i64);
         if let Some(age) = status.checkpoint_age_secs {

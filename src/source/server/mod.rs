@@ -60,6 +60,8 @@ pub async fn variable(conn: &mut Conn, name: &'static str) -> Result<Option<Stri
         "binlog_expire_logs_seconds" => "SELECT @@global.binlog_expire_logs_seconds",
         "expire_logs_days" => "SELECT @@global.expire_logs_days",
         "max_binlog_total_size" => "SELECT @@global.max_binlog_total_size",
+        "basedir" => "SELECT @@global.basedir",
+        "aurora_version" => "SELECT @@global.aurora_version",
         _ => return Err(SourceError::Unexpected(format!("unknown variable {name}"))),
     };
     match conn.query_first::<Option<String>, _>(sql).await {

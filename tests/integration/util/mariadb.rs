@@ -114,13 +114,18 @@ pub async fn insert_in(tx: &mut mysql_async::Transaction<'_>, db: &str, events: 
 
 /// Runs SQL as root over the local socket (works even with require_secure_transport).
 pub fn root_sql(sql: &str) {
+    root_sql_on("mariadb", sql)
+}
+
+/// `root_sql` on the local server in `.local/INSTANCE` (`mariadb-rds`, …).
+pub fn root_sql_on(instance: &str, sql: &str) {
     let local = std::env::var("OUTBOX_LOCAL_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| repo_root().join(".local"));
     let status = Command::new("mariadb")
         .arg(format!(
             "--defaults-file={}",
-            local.join("mariadb/my.cnf").display()
+            local.join(instance).join("my.cnf").display()
         ))
         .args(["-uroot", "-e", sql])
         .status()
