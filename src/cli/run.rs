@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::args::SinkArg;
+use outbox_router::checkpoint::CheckpointStore;
 use outbox_router::config::Config;
 use outbox_router::monitor::{Metrics, RunLock};
 use outbox_router::pipeline::{self, FirstStart, SinkKind};
@@ -14,14 +15,6 @@ use outbox_router::sink::KafkaSink;
 
 /// Streams until SIGINT/SIGTERM; `init` creates a missing checkpoint store first.
 pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<ExitCode> {
-    // First: from here on `status` calls this router starting, not stopped.
-    let metrics = Metrics::default();
-    match RunLock::take(&config.checkpoint.dir) {
-        Ok(lock) => drop(tokio::spawn(lock.follow(metrics.router_state()))),
-        Err(e) => {
-            warn!(dir = %config.checkpoint.dir.display(), error = %e, "cannot hold the store's run lock: `status` calls this router stopped unless its endpoint answers")
-        }
-    }
     for key in &config.inline_secrets {
         warn!(key = %key, "a secret is written into the config file: reference it as \"${{env:VARIABLE}}\" or \"${{file:PATH}}\"");
     }
@@ -33,6 +26,17 @@ pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<Ex
     }
     if init {
         first_start(config).await?;
+    }
+    // From here on `status` calls this router starting, not stopped. Taken beside a
+    // store that exists: a start refused for a missing one leaves nothing behind.
+    let metrics = Metrics::default();
+    let dir = &config.checkpoint.dir;
+    match CheckpointStore::exists(dir).then(|| RunLock::take(dir)) {
+        None => {}
+        Some(Ok(lock)) => drop(tokio::spawn(lock.follow(metrics.router_state()))),
+        Some(Err(e)) => {
+            warn!(dir = %dir.display(), error = %e, "cannot hold the store's run lock: `status` calls this router stopped unless its endpoint answers")
+        }
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));

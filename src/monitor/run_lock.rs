@@ -31,16 +31,16 @@ pub struct Holder {
 }
 
 impl RunLock {
-    /// In the store's folder (made if missing: the store may not exist yet), which is
-    /// writable wherever the store is — beside it may be a read-only root.
+    /// In the store's folder, which is writable wherever the store is — beside it may
+    /// be a read-only root.
     pub fn path(dir: &Path) -> PathBuf {
         dir.join("running.lock")
     }
 
-    /// Takes the lock and says "starting". Another process holding it is not this
-    /// lock's business (two routers on one store are refused by the store itself).
+    /// Takes the lock and says "starting" (NotFound: no store folder, nothing made).
+    /// Another process holding it is not this lock's business (two routers on one store
+    /// are refused by the store itself).
     pub fn take(dir: &Path) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -119,6 +119,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = dir.path().join("checkpoint");
         assert_eq!(RunLock::holder(&store), None);
+        assert!(RunLock::take(&store).is_err(), "made a folder");
+        std::fs::create_dir(&store).unwrap();
         let mut lock = RunLock::take(&store).expect("taken");
         let holder = RunLock::holder(&store).expect("held");
         assert_eq!(holder.pid, Some(std::process::id()));
