@@ -105,6 +105,9 @@ pub async fn retention(conn: &mut Conn) -> Result<Retention, SourceError> {
 async fn on_rds(conn: &mut Conn) -> Result<bool, SourceError> {
     let basedir = server::variable(conn, "basedir").await?;
     let aurora = server::variable(conn, "aurora_version").await?;
+    if is_rds(basedir.as_deref(), aurora.as_deref(), false) {
+        return Ok(true);
+    }
     const FIND: &str = "SELECT COUNT(*) FROM information_schema.ROUTINES \
         WHERE ROUTINE_SCHEMA = 'mysql' AND ROUTINE_NAME = 'rds_show_configuration'";
     let procedure: u64 = conn
