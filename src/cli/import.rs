@@ -18,6 +18,10 @@ pub(super) fn run(file: &Path) -> Result<ExitCode> {
     let settings = read_connector(file)?;
     let imported = outbox_router::ops::import::import(&settings);
     print!("{}", imported.toml);
+    eprintln!("set before starting (the config references them; no value was copied):");
+    for (var, holds) in &imported.env {
+        eprintln!("  {var}: {holds}");
+    }
     if !imported.unmapped.is_empty() {
         eprintln!("not carried over ({}):", imported.unmapped.len());
         for (key, reason) in &imported.unmapped {

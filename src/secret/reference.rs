@@ -144,19 +144,40 @@ fn walk(value: &toml::Value, path: &mut Vec<String>, found: &mut Vec<String>) {
     }
 }
 
-/// Whether a key names a secret: passwords, secrets, tokens and private keys given as
-/// text (librdkafka's `sasl.password`, `ssl.key.password`, `ssl.keystore.password`,
-/// `sasl.oauthbearer.client.secret`, `ssl.key.pem`; the registry's `password` and
-/// `bearer_token`). `*_env` / `*_file` keys name where a secret is, not the secret.
+/// Whether a key names a secret, in librdkafka's, Kafka's Java and Confluent's spelling:
+/// passwords (`sasl.password`, `ssl.key.password`, key and trust store passwords, any
+/// `*.password`), secrets (`sasl.oauthbearer.client.secret`, any `*.secret`), tokens
+/// (`bearer_token`, `*.token`), JAAS text (`sasl.jaas.config`, which holds a password),
+/// credentials (`basic.auth.user.info`, `*.credentials`, `sasl.oauthbearer.config`),
+/// private keys given as text (`ssl.key.pem`, `ssl.keystore.key`) and API keys.
+/// `*_env` / `*_file` keys name where a secret is, not the secret; `*.location`,
+/// `*.type`, `*.source` and `*.endpoint.url` name a file, a kind or a server.
 pub fn is_secret_key(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
     if key.ends_with("_env") || key.ends_with("_file") {
         return false;
     }
-    ["password", "secret", "token", "key.pem"]
+    let names_a_place_or_kind = [".location", ".type", ".source"]
         .iter()
-        .any(|word| key.contains(word))
-        && !key.contains("token.endpoint")
+        .any(|end| key.ends_with(end));
+    if names_a_place_or_kind || key.contains("endpoint.url") {
+        return false;
+    }
+    const WORDS: [&str; 12] = [
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "jaas",
+        "user.info",
+        "userinfo",
+        "credential",
+        "key.pem",
+        "keystore.key",
+        "api.key",
+        "oauthbearer.config",
+    ];
+    WORDS.iter().any(|word| key.contains(word)) || key.ends_with("apikey")
 }
 
 #[cfg(test)]
@@ -225,6 +246,46 @@ url = "https://${{env:OUTBOX_REF_TEST_USER}}:${{file:{}}}@registry"
         let mut v = parse(r#"password = "abc${env:NAME""#);
         let e = resolve_references(&mut v).unwrap_err().to_string();
         assert!(e.contains("not closed") && !e.contains("abc"), "{e}");
+    }
+
+    #[test]
+    fn secret_named_keys() {
+        for key in [
+            "sasl.password",
+            "ssl.key.password",
+            "ssl.keystore.password",
+            "ssl.truststore.password",
+            "database.password",
+            "sasl.jaas.config",
+            "producer.override.sasl.jaas.config",
+            "sasl.oauthbearer.client.secret",
+            "sasl.oauthbearer.config",
+            "basic.auth.user.info",
+            "schema.registry.basic.auth.user.info",
+            "bearer.auth.token",
+            "bearer_token",
+            "password",
+            "ssl.key.pem",
+            "ssl.keystore.key",
+            "aws.credentials",
+            "confluent.api.key",
+        ] {
+            assert!(is_secret_key(key), "{key} is a secret");
+        }
+        for key in [
+            "sasl.username",
+            "password_env",
+            "password_file",
+            "ssl.keystore.location",
+            "ssl.truststore.location",
+            "ssl.truststore.type",
+            "sasl.oauthbearer.token.endpoint.url",
+            "sasl.oauthbearer.client.id",
+            "ssl.certificate.pem",
+            "basic.auth.credentials.source",
+        ] {
+            assert!(!is_secret_key(key), "{key} is not a secret");
+        }
     }
 
     #[test]

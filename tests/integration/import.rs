@@ -11,6 +11,8 @@ async fn imported_debezium_config_runs_with_debezium_semantics() {
     let (mut conn, setup) = fresh("import").await;
     let db = setup.db.clone();
     let prefix = setup.topic_prefix.clone();
+    // A secured connector's Kafka password, in Java's JAAS text.
+    let jaas = r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="alice-secret";"#;
     let connector = serde_json::json!({
         "name": "outbox-connector",
         "config": {
@@ -24,9 +26,13 @@ async fn imported_debezium_config_runs_with_debezium_semantics() {
             "topic.prefix": "shop",
             "table.include.list": format!("{db}\\.outbox"),
             "snapshot.mode": "no_data",
-            "schema.history.internal.kafka.bootstrap.servers": kafka_bootstrap(),
+            "schema.history.internal.kafka.bootstrap.servers": kafka_sasl_bootstrap(),
             "schema.history.internal.kafka.topic": "schema-changes.shop",
+            "schema.history.internal.producer.sasl.jaas.config": jaas,
             "producer.override.linger.ms": "2",
+            "producer.override.security.protocol": "SASL_PLAINTEXT",
+            "producer.override.sasl.mechanism": "PLAIN",
+            "producer.override.sasl.jaas.config": jaas,
             "transforms": "outbox",
             "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
             "transforms.outbox.table.field.event.id": "event_id",
@@ -50,8 +56,21 @@ async fn imported_debezium_config_runs_with_debezium_semantics() {
     );
     let toml = String::from_utf8(out.stdout).unwrap();
     let report = String::from_utf8(out.stderr).unwrap();
-    assert!(!toml.contains("cdc-secret"), "password copied:\n{toml}");
-    assert!(report.contains("database.password: not copied"), "{report}");
+    for secret in ["cdc-secret", "alice-secret"] {
+        assert!(!toml.contains(secret), "{secret} copied:\n{toml}");
+        assert!(!report.contains(secret), "{secret} printed:\n{report}");
+    }
+    for said in [
+        "OUTBOX_DB_PASSWORD: database.password",
+        "OUTBOX_KAFKA_SASL_PASSWORD: the password in producer.override.sasl.jaas.config",
+    ] {
+        assert!(report.contains(said), "{report}");
+    }
+    assert!(
+        toml.contains("\"sasl.password\" = \"${env:OUTBOX_KAFKA_SASL_PASSWORD}\"")
+            && toml.contains("\"sasl.username\" = \"alice\""),
+        "{toml}"
+    );
     assert!(
         report.contains("schema.history.internal.kafka.topic: not needed"),
         "{report}"
@@ -72,6 +91,7 @@ async fn imported_debezium_config_runs_with_debezium_semantics() {
         .args(["--config", "imported.toml", "run", "--init"])
         .current_dir(dir)
         .env("OUTBOX_DB_PASSWORD", "cdc-secret")
+        .env("OUTBOX_KAFKA_SASL_PASSWORD", "alice-secret")
         .stderr(std::fs::File::create(dir.join("imported.log")).unwrap())
         .spawn()
         .unwrap();

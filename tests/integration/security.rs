@@ -170,3 +170,170 @@ async fn kafka_property_errors_never_print_the_value() {
         }
     }
 }
+
+/// Every output a secret could reach, searched for canary values: the database password
+/// (`password_env`), Kafka's SASL password (`${env:}`), a key password (`${file:}`) and
+/// a secret-named property written inline. The router runs at trace level with
+/// librdkafka's debug on; `validate`, `status`, `status --json`, `/status`, `/metrics`,
+/// `/ready`, `audit`, `checkpoint show` are asked while it runs and after; then refused
+/// authentication (a wrong Kafka password, a wrong database password), an unreachable
+/// broker and a panic, each through `validate`, `run` and `status --json`.
+#[tokio::test(flavor = "multi_thread")]
+async fn canary_secrets_reach_no_output() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, mut setup) = fresh("canary").await;
+    let db = setup.db.clone();
+    let pid = std::process::id();
+    let file_canary = format!("canary-file-{pid}");
+    let inline_canary = format!("canary-inline-{pid}");
+    let wrong_kafka = format!("canary-wrong-kafka-{pid}");
+    let wrong_db = format!("canary-wrong-db-{pid}");
+    let key_file = setup.dir.path().join("key-password");
+    std::fs::write(&key_file, format!("{file_canary}\n")).unwrap();
+    let secrets = [
+        "cdc-secret",
+        "alice-secret",
+        file_canary.as_str(),
+        inline_canary.as_str(),
+        wrong_kafka.as_str(),
+        wrong_db.as_str(),
+    ];
+    let hidden = |what: &str, text: &str| {
+        for secret in secrets {
+            assert!(!text.contains(secret), "{what} printed {secret}:\n{text}");
+        }
+    };
+    let output = |out: std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    setup.kafka_bootstrap = kafka_sasl_bootstrap();
+    setup.kafka_properties = [
+        ("security.protocol", "SASL_PLAINTEXT"),
+        ("sasl.mechanism", "PLAIN"),
+        ("sasl.username", "alice"),
+        ("sasl.password", "${env:KPW}"),
+        (
+            "ssl.key.password",
+            &format!("${{file:{}}}", key_file.display()),
+        ),
+        ("sasl.oauthbearer.client.secret", &inline_canary),
+        ("debug", "all"),
+        ("log_level", "7"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let trace = ("OUTBOX_ROUTER_LOG", "trace");
+    let commands: [&[&str]; 6] = [
+        &["validate"],
+        &["status"],
+        &["status", "--json"],
+        &["audit"],
+        &["audit", "--json"],
+        &["checkpoint", "show", "--json"],
+    ];
+
+    // Working: the right passwords.
+    let good = [("KPW", "alice-secret"), trace];
+    let mut router = setup.start_router_with(&good, &["--init"]);
+    insert_txn(
+        &mut conn,
+        &db,
+        &[
+            Ev::new("canary-1", "Order", "a", "{}"),
+            Ev::new("canary-2", "Order", "b", "{}"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        wait_for_count(&[setup.topic("Order")], 2, Duration::from_secs(60)),
+        2,
+        "{}",
+        router.log()
+    );
+    wait_http_ok(setup.monitor_port, "/status", Duration::from_secs(30)).await;
+    for path in ["/status", "/metrics", "/ready", "/health"] {
+        let (_, body) = http_get(setup.monitor_port, path).await;
+        hidden(path, &body);
+    }
+    for args in commands {
+        hidden(
+            &format!("{args:?} while running"),
+            &output(setup.cli_env(args, &good)),
+        );
+    }
+    let log = router.log();
+    assert!(router.stop(Duration::from_secs(30)).success(), "{log}");
+    let log = router.log();
+    assert!(log.contains("TRACE") && log.contains("librdkafka"), "{log}");
+    hidden("run at trace level", &log);
+    for args in commands {
+        hidden(
+            &format!("{args:?} stopped"),
+            &output(setup.cli_env(args, &good)),
+        );
+    }
+
+    // Refused authentication, an unreachable broker, a wrong database password, a panic.
+    let sasl = setup.kafka_bootstrap.clone();
+    // Each case with what its `run` must have said (so the path was really taken).
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str, &'a str);
+    let failing: [Case; 4] = [
+        (
+            "refused Kafka authentication",
+            vec![("KPW", &wrong_kafka), trace],
+            &sasl,
+            "Authentication failed",
+        ),
+        (
+            "unreachable broker",
+            vec![("KPW", "alice-secret"), trace],
+            "127.0.0.1:1",
+            "Connection refused",
+        ),
+        (
+            "refused database authentication",
+            vec![
+                ("KPW", "alice-secret"),
+                ("IT_CDC_PASSWORD", &wrong_db),
+                trace,
+            ],
+            &sasl,
+            "Access denied",
+        ),
+        (
+            "a panic",
+            vec![
+                ("KPW", "alice-secret"),
+                ("FAILPOINTS", "pipeline.before_first_observation=panic"),
+                ("RUST_BACKTRACE", "1"),
+                trace,
+            ],
+            &sasl,
+            "panicked",
+        ),
+    ];
+    for (case, env, bootstrap, said) in failing {
+        setup.kafka_bootstrap = bootstrap.to_string();
+        for args in commands {
+            hidden(
+                &format!("{case}: {args:?}"),
+                &output(setup.cli_env(args, &env)),
+            );
+        }
+        let mut router = setup.start_router_with(&env, &[]);
+        if router.wait(Duration::from_secs(15)).is_none() {
+            router.stop(Duration::from_secs(30));
+        }
+        let log = router.log();
+        assert!(
+            log.contains(said),
+            "{case}: run did not say {said:?}:\n{log}"
+        );
+        hidden(&format!("{case}: run"), &log);
+    }
+}

@@ -2,6 +2,7 @@
 //! Kafka Connect, or `.properties`) turned into an outbox-router TOML config, with every
 //! key that has no equivalent listed and why.
 
+mod kafka_properties;
 pub mod offsets;
 
 use std::collections::BTreeMap;
@@ -14,6 +15,9 @@ pub struct Imported {
     pub toml: String,
     /// `(key, reason)` for every key not mapped, in key order.
     pub unmapped: Vec<(String, String)>,
+    /// `(variable, what it must hold)`: the secrets the config references instead of
+    /// holding them, to be set before the router starts.
+    pub env: Vec<(String, String)>,
 }
 
 /// Why an input could not be read at all.
@@ -114,12 +118,12 @@ pub fn import(config: &BTreeMap<String, String>) -> Imported {
     )
     .ok();
     writeln!(source, "password_env = \"OUTBOX_DB_PASSWORD\"").ok();
-    if get("database.password").is_some() {
-        unmapped.push((
-            "database.password".into(),
-            "not copied: secrets stay out of config files; set OUTBOX_DB_PASSWORD".into(),
-        ));
-    }
+    get("database.password");
+    let mut kafka = kafka_properties::Translated::default();
+    kafka.env.push((
+        "OUTBOX_DB_PASSWORD".into(),
+        "database.password (the router user's)".into(),
+    ));
     let server_id = get("database.server.id")
         .and_then(|v| v.parse::<u32>().ok())
         .unwrap_or(6001);
@@ -218,11 +222,10 @@ pub fn import(config: &BTreeMap<String, String>) -> Imported {
         }
     }
 
-    let mut kafka_props = String::new();
     let mut bootstrap = "127.0.0.1:9092".to_string();
     for (k, v) in config {
         if let Some(p) = k.strip_prefix("producer.override.") {
-            writeln!(kafka_props, "{} = {}", quoted(p), quoted(v)).ok();
+            kafka.add(k, p, v);
         } else if k == "schema.history.internal.kafka.bootstrap.servers"
             || k == "database.history.kafka.bootstrap.servers"
         {
@@ -267,6 +270,7 @@ pub fn import(config: &BTreeMap<String, String>) -> Imported {
             format!("{class} is not a MySQL / MariaDB connector"),
         ));
     }
+    unmapped.append(&mut kafka.unmapped);
     unmapped.sort();
 
     let mut out = String::new();
@@ -288,13 +292,14 @@ pub fn import(config: &BTreeMap<String, String>) -> Imported {
     .ok();
     writeln!(out, "# Debezium Outbox Event Router options, same names and defaults.\n[outbox.event_router]\n{router_toml}").ok();
     writeln!(out, "[kafka]\nbootstrap_servers = {}\n", quoted(&bootstrap)).ok();
-    if !kafka_props.is_empty() {
-        writeln!(out, "[kafka.properties]\n{kafka_props}").ok();
+    if !kafka.toml.is_empty() {
+        writeln!(out, "[kafka.properties]\n{}", kafka.toml).ok();
     }
     writeln!(out, "[checkpoint]\ndir = \"outbox-router-checkpoint\"").ok();
     Imported {
         toml: out,
         unmapped,
+        env: kafka.env,
     }
 }
 

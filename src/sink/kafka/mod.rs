@@ -60,6 +60,16 @@ pub fn check_native(cfg: &KafkaConfig) -> Result<(), String> {
         .map_err(|e| without_values(&e))
 }
 
+/// librdkafka's objection to one property on its own (unknown, Java-only, a bad value),
+/// its value hidden; `None` when librdkafka takes it.
+pub fn property_problem(key: &str, value: &str) -> Option<String> {
+    ClientConfig::new()
+        .set(key, value)
+        .create_native_config()
+        .err()
+        .map(|e| without_values(&e))
+}
+
 /// A librdkafka error as text, any configuration value it carries hidden.
 pub fn without_values(e: &rdkafka::error::KafkaError) -> String {
     match e {

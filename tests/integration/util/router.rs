@@ -224,13 +224,14 @@ impl RouterSetup {
             .arg(self.config_path())
             .arg("run")
             .args(run_args)
-            .envs(env.iter().copied())
             .env("IT_CDC_PASSWORD", "cdc-secret")
             .env(
                 "OUTBOX_ROUTER_LOG",
                 std::env::var("IT_ROUTER_LOG")
                     .unwrap_or_else(|_| "info,outbox_router=debug,rdkafka=warn".into()),
             )
+            // The test's own (a wrong password, another log level) over the defaults.
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
