@@ -236,19 +236,18 @@ impl ConflictWindow {
     }
 }
 
-/// A purge found through the stream (by GTID) does not know the oldest file yet: ask.
+/// A purge found through the stream does not know what is gone yet: ask.
 async fn with_oldest_binlog(config: &Config, e: PipelineError) -> PipelineError {
-    let PipelineError::Source(SourceError::Purged { needed, oldest }) = e else {
+    let PipelineError::Source(SourceError::Purged { needed, missing }) = e else {
         return e;
     };
-    let oldest = match source::connect(&config.source).await {
-        Ok(mut conn) => match server::binary_logs(&mut conn).await {
-            Ok(logs) => logs.first().map(|l| l.file.to_string()).unwrap_or(oldest),
-            Err(_) => oldest,
-        },
-        Err(_) => oldest,
+    let missing = match source::connect(&config.source).await {
+        Ok(mut conn) => server::what_is_purged(&mut conn, &needed)
+            .await
+            .unwrap_or(missing),
+        Err(_) => missing,
     };
-    PipelineError::Source(SourceError::Purged { needed, oldest })
+    PipelineError::Source(SourceError::Purged { needed, missing })
 }
 
 async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {

@@ -212,18 +212,7 @@ fn has_bare_word(sql: &[u8], word: &str) -> bool {
             return false;
         };
         if matches!(first, b'\'' | b'"' | b'`') {
-            // A quoted name or literal: skip to its closing quote (doubled quotes and
-            // backslash escapes stay inside).
-            let mut i = 1;
-            while i < s.len() {
-                match s[i] {
-                    b'\\' if first != b'`' => i += 2,
-                    q if q == first && s.get(i + 1) == Some(&first) => i += 2,
-                    q if q == first => break,
-                    _ => i += 1,
-                }
-            }
-            s = s.get(i + 1..).unwrap_or_default();
+            s = skip_quoted(s);
             continue;
         }
         let (w, rest) = self::word(s);
@@ -373,26 +362,163 @@ impl Boundaries {
     }
 }
 
-/// Tables a DML statement may write, as `database.table` (the default database for
-/// unqualified names); generous on purpose: used to stop on statement-logged changes
-/// to an outbox table, where a false "yes" is a loud stop and a false "no" a loss.
+/// Names of tables in a DML statement, as `database.table` (the default database for
+/// unqualified names), in the order written, so the first is the one an `INSERT`,
+/// `REPLACE`, `UPDATE` or `DELETE FROM` writes. Read outside comments and string
+/// literals, SQL keywords and numbers left out; a column name may be among them. Used
+/// only to name the outbox table in the stop a statement-logged change causes (the
+/// stop happens whatever this finds).
 pub fn statement_tables(sql: &[u8], default_db: &str) -> Vec<String> {
-    let text = String::from_utf8_lossy(sql).replace('`', "");
     let mut names = Vec::new();
-    for token in text.split(|c: char| !(c.is_alphanumeric() || "_$.".contains(c))) {
-        if token.is_empty() {
+    let mut s = sql;
+    loop {
+        s = skip_blank(s);
+        let Some(&first) = s.first() else {
+            return names;
+        };
+        if matches!(first, b'\'' | b'"') {
+            s = skip_quoted(s);
             continue;
         }
-        match token.split_once('.') {
-            Some((db, table)) if !db.is_empty() && !table.is_empty() => {
-                names.push(format!("{db}.{table}"))
-            }
-            Some(_) => {}
-            None if !default_db.is_empty() => names.push(format!("{default_db}.{token}")),
-            None => {}
+        let (parts, rest) = qualified_name(s);
+        if parts.is_empty() {
+            s = &s[1..];
+            continue;
+        }
+        s = rest;
+        match parts.as_slice() {
+            [one] if is_keyword_or_number(one) => {}
+            [one] if !default_db.is_empty() => names.push(format!("{default_db}.{one}")),
+            [db, table] => names.push(format!("{db}.{table}")),
+            // `db.table.column`: the table is the first two.
+            [db, table, ..] => names.push(format!("{db}.{table}")),
+            _ => {}
         }
     }
-    names
+}
+
+/// Skips a quoted literal or name from its opening quote to its closing one (doubled
+/// quotes and backslash escapes stay inside).
+fn skip_quoted(s: &[u8]) -> &[u8] {
+    let quote = s[0];
+    let mut i = 1;
+    while i < s.len() {
+        match s[i] {
+            b'\\' if quote != b'`' => i += 2,
+            q if q == quote && s.get(i + 1) == Some(&quote) => i += 2,
+            q if q == quote => break,
+            _ => i += 1,
+        }
+    }
+    s.get(i + 1..).unwrap_or_default()
+}
+
+/// `a`, `` `a b`.c ``, `a.b.c`: the parts of a dotted name at the start of `s`, and
+/// what follows it; no parts when `s` does not start with a name.
+fn qualified_name(mut s: &[u8]) -> (Vec<String>, &[u8]) {
+    let mut parts = Vec::new();
+    loop {
+        let part = if s.first() == Some(&b'`') {
+            let rest = skip_quoted(s);
+            let inner = &s[1..s.len() - rest.len()]
+                .strip_suffix(b"`")
+                .unwrap_or_default();
+            let name = String::from_utf8_lossy(inner).replace("``", "`");
+            s = rest;
+            name
+        } else {
+            let n = s
+                .iter()
+                .take_while(|b| {
+                    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'$') || **b >= 0x80
+                })
+                .count();
+            if n == 0 {
+                return (parts, s);
+            }
+            let name = String::from_utf8_lossy(&s[..n]).into_owned();
+            s = &s[n..];
+            name
+        };
+        parts.push(part);
+        match s.strip_prefix(b".") {
+            Some(rest)
+                if rest
+                    .first()
+                    .is_some_and(|b| *b == b'`' || b.is_ascii_alphanumeric() || *b == b'_') =>
+            {
+                s = rest
+            }
+            _ => return (parts, s),
+        }
+    }
+}
+
+/// Words of DML statements that are never table names there.
+const DML_WORDS: [&str; 58] = [
+    "INSERT",
+    "REPLACE",
+    "UPDATE",
+    "DELETE",
+    "LOAD",
+    "DATA",
+    "XML",
+    "INFILE",
+    "LOCAL",
+    "CONCURRENT",
+    "INTO",
+    "TABLE",
+    "FROM",
+    "VALUES",
+    "VALUE",
+    "SET",
+    "WHERE",
+    "AND",
+    "OR",
+    "NOT",
+    "NULL",
+    "IS",
+    "IN",
+    "LIKE",
+    "BETWEEN",
+    "SELECT",
+    "DO",
+    "CALL",
+    "WITH",
+    "AS",
+    "ON",
+    "DUPLICATE",
+    "KEY",
+    "IGNORE",
+    "LOW_PRIORITY",
+    "HIGH_PRIORITY",
+    "DELAYED",
+    "QUICK",
+    "JOIN",
+    "INNER",
+    "LEFT",
+    "RIGHT",
+    "OUTER",
+    "CROSS",
+    "STRAIGHT_JOIN",
+    "USING",
+    "ORDER",
+    "BY",
+    "LIMIT",
+    "RETURNING",
+    "DEFAULT",
+    "TRUE",
+    "FALSE",
+    "CREATE",
+    "TEMPORARY",
+    "IF",
+    "EXISTS",
+    "PARTITION",
+];
+
+fn is_keyword_or_number(word: &str) -> bool {
+    word.bytes().all(|b| b.is_ascii_digit())
+        || DML_WORDS.iter().any(|k| word.eq_ignore_ascii_case(k))
 }
 
 #[cfg(test)]
@@ -626,8 +752,28 @@ mod tests {
     #[test]
     fn tables_of_a_statement() {
         let t = statement_tables(b"INSERT INTO `shop`.`outbox` (a) VALUES ('x.y')", "app");
-        assert!(t.contains(&"shop.outbox".to_string()));
+        assert_eq!(t, ["shop.outbox", "app.a"]);
         let t = statement_tables(b"insert into outbox values (1)", "shop");
-        assert!(t.contains(&"shop.outbox".to_string()));
+        assert_eq!(t, ["shop.outbox"]);
+        // The statement's first word is no table (with a `test.*` pattern it was named).
+        let t = statement_tables(
+            b"/* app */ INSERT IGNORE INTO outbox (event_id, payload) VALUES ('e.1', \"x y\")",
+            "test",
+        );
+        assert_eq!(t, ["test.outbox", "test.event_id", "test.payload"]);
+        let t = statement_tables(
+            b"UPDATE LOW_PRIORITY t1 JOIN s.t2 ON t1.id = t2.id SET t1.a = 1",
+            "d",
+        );
+        assert_eq!(t[..2], ["d.t1", "s.t2"]);
+        let t = statement_tables(b"DELETE QUICK FROM `my db`.`out``box` WHERE id = 3", "d");
+        assert_eq!(t, ["my db.out`box", "d.id"]);
+        let t = statement_tables(
+            b"LOAD DATA LOCAL INFILE '/tmp/x.csv' INTO TABLE s.outbox",
+            "",
+        );
+        assert_eq!(t, ["s.outbox"]);
+        let t = statement_tables(b"/*!40000 INSERT INTO outbox VALUES (1) */", "d");
+        assert_eq!(t, ["d.outbox"]);
     }
 }

@@ -37,8 +37,11 @@ pub enum SourceError {
     ReadTimeout { position: String, secs: u64 },
     #[error("cannot decode binlog event at {position}: {reason}")]
     Decode { position: String, reason: String },
-    #[error("binlog position {needed} is no longer on the server (oldest binlog it has: {oldest}); the events after it were purged before the router read them; if copies of the binlog files are kept (a backup, `mariadb-binlog --raw`), set source.archive_dir to their directory and start again; else recover them from the outbox table, keeping their event ids: outbox-router -c CONFIG recover (then start the router again); never jump the checkpoint forward by hand: that skips events")]
-    Purged { needed: String, oldest: String },
+    #[error("binlog position {needed} {missing}; the events after it were purged before the router read them; if copies of the binlog files are kept (a backup, `mariadb-binlog --raw`), set source.archive_dir to their directory and start again; else recover them from the outbox table, keeping their event ids: outbox-router -c CONFIG recover (then start the router again); never jump the checkpoint forward by hand: that skips events")]
+    Purged {
+        needed: Box<Position>,
+        missing: Missing,
+    },
     #[error("binlog event at {position} cannot be accounted for: {reason}; the router stops rather than risk skipping outbox rows; check the server's settings (`outbox-router validate`); after deciding it holds no outbox rows, move past it with `checkpoint set`")]
     Unaccountable { position: String, reason: String },
     #[error("a data change logged as a statement at {position}: {statement:?}{names}. The binlog holds no rows for it, and a statement can write an outbox table it does not name (triggers, stored functions, views, foreign-key cascades), so the router stops rather than risk skipping outbox rows. Fix the cause: binlog_format=ROW in my.cnf and SET GLOBAL binlog_format=ROW, and keep SUPER / BINLOG ADMIN (needed to change a session's binlog_format) from the services that write. Then, if the statement wrote outbox rows, publish them from the table with their event ids (`outbox-router replay --ids …`, or `recover`) and move past it with `outbox-router checkpoint set` to the end of its transaction (SHOW BINLOG EVENTS)")]
@@ -147,11 +150,11 @@ impl SourceError {
         }
     }
 
-    pub(crate) fn stream(position: &Position, source: mysql_async::Error) -> Self {
+    pub(crate) fn stream(at: &Position, source: mysql_async::Error) -> Self {
         // 1236: the server cannot send from this position or GTID state. Only a purge
         // is answered by `recover`; the other causes need a different fix.
         if let mysql_async::Error::Server(e) = &source {
-            let (position, code, message) = (position.to_string(), e.code, e.message.clone());
+            let (position, code, message) = (at.to_string(), e.code, e.message.clone());
             let refusal = match code {
                 // MariaDB kicks the older replica of a server id with 4052.
                 4052 => Refusal1236::SameServerId,
@@ -161,8 +164,10 @@ impl SourceError {
             let fix = match refusal {
                 Refusal1236::Purged => {
                     return SourceError::Purged {
-                        needed: position,
-                        oldest: format!("unknown; the server says: {message}"),
+                        needed: Box::new(at.clone()),
+                        missing: Missing::Unknown {
+                            server_says: message,
+                        },
                     }
                 }
                 Refusal1236::SameServerId => {
@@ -179,8 +184,57 @@ impl SourceError {
             };
         }
         SourceError::Stream {
-            position: position.to_string(),
+            position: at.to_string(),
             source,
+        }
+    }
+}
+
+/// What of a position the server no longer has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    /// The position's binlog file.
+    File {
+        /// The oldest binlog file the server has (`none` when it lists none).
+        oldest: String,
+    },
+    /// The transactions between the position's GTID state and the server's oldest
+    /// binlog, while the position's own file is still there: a resume by GTID needs
+    /// what came before.
+    GtidRange {
+        oldest: String,
+        /// The GTID state where the oldest binlog starts, when the server tells.
+        oldest_starts_at: Option<String>,
+    },
+    /// The server said so while streaming; nothing more is known yet.
+    Unknown { server_says: String },
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Missing::File { oldest } => {
+                write!(
+                    f,
+                    "is no longer on the server (oldest binlog it has: {oldest})"
+                )
+            }
+            Missing::GtidRange {
+                oldest,
+                oldest_starts_at,
+            } => {
+                write!(f, "resumes by GTID: its file is still on the server, but the transactions right after its GTID state are not (purged: the oldest binlog it has, {oldest}, starts ")?;
+                match oldest_starts_at {
+                    Some(state) => write!(f, "at GTID state {state})"),
+                    None => f.write_str("after them)"),
+                }
+            }
+            Missing::Unknown { server_says } => {
+                write!(
+                    f,
+                    "is no longer on the server (the server says: {server_says})"
+                )
+            }
         }
     }
 }
@@ -275,6 +329,49 @@ fn ssl_opts(cfg: &SourceConfig) -> Option<SslOpts> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each purge says what is gone: the file, or the GTID range before the oldest file.
+    #[test]
+    fn a_purge_says_what_is_missing() {
+        let needed: Position = "mysql-bin.000017:4 gtid=0-1-90".parse().unwrap();
+        let text = |missing: Missing| {
+            SourceError::Purged {
+                needed: Box::new(needed.clone()),
+                missing,
+            }
+            .to_string()
+        };
+        let file = text(Missing::File {
+            oldest: "mysql-bin.000019".into(),
+        });
+        assert!(file.starts_with("binlog position mysql-bin.000017:4 gtid=0-1-90 is no longer on the server (oldest binlog it has: mysql-bin.000019); "), "{file}");
+        let range = text(Missing::GtidRange {
+            oldest: "mysql-bin.000017".into(),
+            oldest_starts_at: Some("0-1-120".into()),
+        });
+        assert!(range.contains("resumes by GTID: its file is still on the server, but the transactions right after its GTID state are not (purged: the oldest binlog it has, mysql-bin.000017, starts at GTID state 0-1-120)"), "{range}");
+        assert!(!range.contains("no longer on the server"), "{range}");
+        let unknown = text(Missing::GtidRange {
+            oldest: "mysql-bin.000017".into(),
+            oldest_starts_at: None,
+        });
+        assert!(
+            unknown.contains(
+                "(purged: the oldest binlog it has, mysql-bin.000017, starts after them)"
+            ),
+            "{unknown}"
+        );
+        let gone = text(Missing::Unknown {
+            server_says: "Could not find GTID state requested by slave in any binlog files".into(),
+        });
+        assert!(
+            gone.contains("is no longer on the server (the server says: Could not find GTID state"),
+            "{gone}"
+        );
+        for e in [file, range, unknown, gone] {
+            assert!(e.contains("archive_dir") && e.contains("recover"), "{e}");
+        }
+    }
 
     /// The servers' own messages for error 1236 (MariaDB 10.11 and MySQL 8 sources).
     #[test]

@@ -20,7 +20,7 @@ pub use boundary::{
     classify, statement_tables, Boundaries, Event as BoundaryEvent, Statement, Step, Xid,
 };
 pub use config::{ResumeBy, SnapshotMode, SourceConfig, StartFrom, TlsMode};
-pub use connect::{connect, connect_as, SourceError};
+pub use connect::{connect, connect_as, Missing, SourceError};
 // The source's own vocabulary, for its modules (`super::Position`); other stages import
 // `crate::position`.
 use crate::position::{BinlogFile, GtidState, MariaGtid, Position, TableName};

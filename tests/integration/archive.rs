@@ -278,3 +278,37 @@ async fn a_purged_range_is_read_from_archived_binlog_files() {
         files.len()
     );
 }
+
+/// A resume by GTID whose file is still on the server while the transactions right
+/// after its GTID state were purged: the error says the GTID range is missing (and
+/// where the oldest binlog starts), not that the file is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gtid_resume_names_the_purged_gtid_range_not_its_file() {
+    let _settings = SERVER_SETTINGS.write().await;
+    let (mut conn, mut setup) = fresh("gtid_gap").await;
+    let db = setup.db.clone();
+    let old_state: String = conn
+        .query_first("SELECT @@GLOBAL.gtid_binlog_pos")
+        .await
+        .unwrap()
+        .unwrap();
+    insert_txn(&mut conn, &db, &[Ev::new("gap-1", "Order", "a", "{}")]).await;
+    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    insert_txn(&mut conn, &db, &[Ev::new("gap-2", "Order", "a", "{}")]).await;
+    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    let (current, _) = binlog_position(&mut conn).await;
+    purge_to(&mut conn, &current).await;
+
+    // A checkpoint in the oldest file the server has, with a GTID state from before it.
+    let position = format!("{current}:4 gtid={old_state}");
+    let set = setup.cli(&["checkpoint", "set", &position]);
+    assert!(set.status.success(), "{set:?}");
+    setup.source_toml = "resume_by = \"gtid\"\n".into();
+    let log = setup.start_router().expect_failure("a purged GTID range");
+    assert!(
+        log.contains("resumes by GTID: its file is still on the server, but the transactions right after its GTID state are not")
+            && log.contains(&format!("the oldest binlog it has, {current}, starts at GTID state")),
+        "{log}"
+    );
+    assert!(!log.contains("is no longer on the server"), "{log}");
+}

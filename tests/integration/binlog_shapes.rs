@@ -156,13 +156,15 @@ async fn table_id_churn_keeps_the_table_map_bounded() {
 }
 
 /// An outbox INSERT logged as a statement (a session with binlog_format=STATEMENT) has
-/// no rows in the binlog to publish: the router stops naming table and position.
+/// no rows in the binlog to publish: the router stops naming table and position (with
+/// a `*` pattern too, which every word of the statement would match as a table).
 #[tokio::test(flavor = "multi_thread")]
 async fn statement_logged_outbox_insert_stops_the_router() {
     // Exclusive: every router reading past a statement-logged change stops there.
     let _settings = SERVER_SETTINGS.write().await;
-    let (mut conn, setup) = fresh("stmt").await;
+    let (mut conn, mut setup) = fresh("stmt").await;
     let db = setup.db.clone();
+    setup.extra_tables.push(format!("{db}.*"));
     let topics = vec![setup.topic("Order")];
     let mut router = setup.start_router();
     sql(&mut conn, &[insert_sql(&db, "row-logged")]).await;
@@ -171,6 +173,7 @@ async fn statement_logged_outbox_insert_stops_the_router() {
         &mut conn,
         &[
             "SET SESSION binlog_format = 'STATEMENT'".into(),
+            format!("USE {db}"),
             insert_sql(&db, "statement-logged"),
         ],
     )
@@ -178,9 +181,10 @@ async fn statement_logged_outbox_insert_stops_the_router() {
     let log = router.expect_failure("a statement-logged outbox INSERT");
     assert!(
         log.contains("a data change logged as a statement at mysql-bin.")
-            && log.contains(&format!("it names outbox table {db}.outbox")),
+            && log.contains(&format!("it writes outbox table {db}.outbox")),
         "{log}"
     );
+    assert!(!log.contains(&format!("{db}.INSERT")), "{log}");
     assert!(log.contains("mysql-bin."), "the position is named:\n{log}");
     // It stays stopped: a restart reads the same event and stops again.
     let mut again = setup.start_router();

@@ -190,7 +190,7 @@ async fn load_data_logged_as_a_statement_stops_the_router() {
     assert!(
         log.contains("a data change logged as a statement at mysql-bin.")
             && log.contains("LOAD DATA LOCAL INFILE")
-            && log.contains(&format!("it names outbox table {db}.outbox")),
+            && log.contains(&format!("it writes outbox table {db}.outbox")),
         "{log}"
     );
     assert_checkpoint_before(&setup, &before, &log);

@@ -3,6 +3,7 @@
 //! the transaction (with its checkpoint) a group's end hands on.
 
 use super::{BinlogReader, MAX_TABLE_IDS, PART_BYTES, PART_ROWS};
+use crate::pattern::Pattern;
 use crate::source::boundary::{statement_tables, Step, Xid};
 use crate::source::{Position, RowChange, RowOp, SourceError, Transaction};
 
@@ -129,15 +130,9 @@ impl BinlogReader {
     /// statement text can prove it left the outbox alone (a trigger, stored function,
     /// view or foreign-key cascade writes tables the statement does not name).
     pub(super) fn statement_logged(&self, sql: &[u8], schema: &str, event_end: u64) -> SourceError {
-        let outbox = statement_tables(sql, schema)
-            .into_iter()
-            .find(|t| self.watched.iter().any(|p| p.matches(t)));
         let text = String::from_utf8_lossy(sql);
         SourceError::StatementLogged {
-            names: match outbox {
-                Some(table) => format!("; it names outbox table {table}"),
-                None => String::new(),
-            },
+            names: outbox_named(sql, schema, &self.watched),
             position: format!("{}:{}", self.at.file, event_end),
             statement: text.chars().take(200).collect(),
         }
@@ -200,5 +195,45 @@ impl BinlogReader {
             changes: std::mem::take(&mut self.changes),
             complete: false,
         })
+    }
+}
+
+/// `; it writes outbox table db.t` when the table the statement writes (its first name)
+/// is watched, `; it names outbox table db.t` when another name in it is, else nothing.
+fn outbox_named(sql: &[u8], schema: &str, watched: &[Pattern]) -> String {
+    let names = statement_tables(sql, schema);
+    let is_watched = |t: &String| watched.iter().any(|p| p.matches(t));
+    match names.iter().position(is_watched) {
+        Some(0) => format!("; it writes outbox table {}", names[0]),
+        Some(i) => format!("; it names outbox table {}", names[i]),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_statement_names_the_outbox_it_writes_never_its_first_word() {
+        let everything_in_test = [Pattern::new("test.*")];
+        assert_eq!(
+            outbox_named(
+                b"INSERT INTO outbox (event_id) VALUES ('e')",
+                "test",
+                &everything_in_test
+            ),
+            "; it writes outbox table test.outbox"
+        );
+        let outbox = [Pattern::new("shop.outbox")];
+        assert_eq!(
+            outbox_named(
+                b"UPDATE orders SET n = (SELECT COUNT(*) FROM shop.outbox)",
+                "shop",
+                &outbox
+            ),
+            "; it names outbox table shop.outbox"
+        );
+        assert_eq!(outbox_named(b"DELETE FROM orders", "shop", &outbox), "");
     }
 }

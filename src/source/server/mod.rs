@@ -9,7 +9,7 @@ pub use tables::{binlog_filters, matching_tables, outbox_tables, BinlogFilters, 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
 
-use super::{BinlogFile, GtidState, Position, SourceError};
+use super::{BinlogFile, GtidState, Missing, Position, SourceError};
 use crate::position::MariaGtidState;
 
 /// Which server family; they differ in GTIDs and some statements.
@@ -240,13 +240,51 @@ pub async fn ensure_available(conn: &mut Conn, position: &Position) -> Result<()
         }),
         Some(_) => Ok(()),
         None => Err(SourceError::Purged {
-            needed: position.to_string(),
-            oldest: logs
-                .first()
-                .map(|l| l.file.to_string())
-                .unwrap_or_else(|| "none".into()),
+            needed: Box::new(position.clone()),
+            missing: Missing::File {
+                oldest: oldest_name(&logs),
+            },
         }),
     }
+}
+
+fn oldest_name(logs: &[BinlogFileInfo]) -> String {
+    logs.first()
+        .map(|l| l.file.to_string())
+        .unwrap_or_else(|| "none".into())
+}
+
+/// What of `needed` is gone, asked after the stream was refused as purged: its file,
+/// or (the file still there, resuming by GTID) the GTID range before the oldest binlog.
+pub async fn what_is_purged(conn: &mut Conn, needed: &Position) -> Result<Missing, SourceError> {
+    let logs = binary_logs(conn).await?;
+    let oldest = oldest_name(&logs);
+    let file_present = logs.iter().any(|l| l.file == needed.file);
+    if !file_present || needed.gtid.is_empty() {
+        return Ok(Missing::File { oldest });
+    }
+    let oldest_starts_at = gtid_state_at_start(conn, &oldest).await;
+    Ok(Missing::GtidRange {
+        oldest,
+        oldest_starts_at,
+    })
+}
+
+/// The GTID state where `file` starts: MariaDB's `BINLOG_GTID_POS`; on MySQL, where
+/// the oldest binlog starts after `gtid_purged`, that set.
+async fn gtid_state_at_start(conn: &mut Conn, file: &str) -> Option<String> {
+    let mariadb: Result<Option<Option<String>>, _> = conn
+        .exec_first("SELECT BINLOG_GTID_POS(?, 4)", (file,))
+        .await;
+    if let Ok(Some(Some(state))) = mariadb {
+        return Some(state);
+    }
+    let mysql: Result<Option<String>, _> = conn.query_first("SELECT @@GLOBAL.gtid_purged").await;
+    mysql
+        .ok()
+        .flatten()
+        .filter(|s| !s.is_empty())
+        .map(|s| s.replace('\n', ""))
 }
 
 /// Opens a REPEATABLE READ transaction WITH CONSISTENT SNAPSHOT on `conn` and returns
