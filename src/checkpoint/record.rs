@@ -28,7 +28,7 @@ pub enum RecordError {
     TooShort(usize),
     #[error("record does not start with the checkpoint magic bytes")]
     BadMagic,
-    #[error("record format version {0} is not supported (this build reads version {VERSION})")]
+    #[error("record format version {0} is not supported (this build reads version {VERSION}): a newer outbox-router wrote it; run that version (or newer)")]
     UnsupportedVersion(u8),
     #[error("record checksum mismatch (stored {stored:08x}, computed {computed:08x}): the store is damaged")]
     Checksum { stored: u32, computed: u32 },
@@ -192,6 +192,14 @@ impl Checkpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_newer_record_says_which_build_reads_it() {
+        let mut bytes = sample().encode();
+        bytes[3] = VERSION + 1;
+        let e = Checkpoint::decode(&bytes).unwrap_err().to_string();
+        assert!(e.contains("a newer outbox-router wrote it"), "{e}");
+    }
 
     fn sample() -> Checkpoint {
         Checkpoint {

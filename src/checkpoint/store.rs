@@ -22,7 +22,7 @@ const LOCK_RETRIES: usize = 20;
 /// Errors of the checkpoint store.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    #[error("cannot open checkpoint store {dir}: {source} (is another router using it?)")]
+    #[error("cannot open checkpoint store {dir}: {source}{}", open_hint(source))]
     Open { dir: PathBuf, source: sled::Error },
     #[error("cannot read checkpoint store {dir}: {source}")]
     Read { dir: PathBuf, source: sled::Error },
@@ -39,6 +39,22 @@ pub enum CheckpointError {
         dir: PathBuf,
         source: std::io::Error,
     },
+}
+
+/// The likely cause of a failed open, and the fix.
+fn open_hint(e: &sled::Error) -> &'static str {
+    match e {
+        sled::Error::Io(io) if is_held(io) => "; another outbox-router process (a running router, or a command such as `checkpoint set`) holds it: stop that process first (`outbox-router status` tells whether a router runs)",
+        sled::Error::Io(io) if io.kind() == std::io::ErrorKind::PermissionDenied => "; this user may not write there: give the folder to the user the router runs as, or point checkpoint.dir elsewhere",
+        sled::Error::Io(io) if io.kind() == std::io::ErrorKind::StorageFull => "; the disk is full: free space (the store needs a few MB)",
+        sled::Error::Corruption { .. } => "; the store's files are damaged: restore the folder from a backup, or move the checkpoint deliberately (`checkpoint reset --yes`, then `checkpoint set`)",
+        _ => "",
+    }
+}
+
+/// sled's error when another process holds the store's file lock.
+fn is_held(e: &std::io::Error) -> bool {
+    e.to_string().contains("could not acquire lock")
 }
 
 /// Copies a store's files (sled keeps a few files and a `blobs` folder).
@@ -128,7 +144,7 @@ impl CheckpointStore {
         // thread ends, a moment later; another process holding it is still an error.
         for _ in 0..LOCK_RETRIES {
             match &result {
-                Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                Err(sled::Error::Io(e)) if is_held(e) => {
                     std::thread::sleep(Duration::from_millis(100));
                     result = open();
                 }
@@ -206,6 +222,49 @@ impl CheckpointStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each cause of a failed open says its own fix, never another's.
+    #[test]
+    fn a_failed_open_names_its_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let _held = CheckpointStore::create(dir.path()).unwrap();
+        let held = std::thread::scope(|s| {
+            // The lock is per open file: a second open fails as another process's would.
+            s.spawn(|| {
+                CheckpointStore::create(dir.path())
+                    .err()
+                    .unwrap()
+                    .to_string()
+            })
+            .join()
+            .unwrap()
+        });
+        assert!(
+            held.contains("another outbox-router process")
+                && held.contains("stop that process first"),
+            "{held}"
+        );
+        let text = |source: sled::Error| {
+            CheckpointError::Open {
+                dir: "/var/lib/outbox-router".into(),
+                source,
+            }
+            .to_string()
+        };
+        let denied = text(sled::Error::Io(std::io::Error::from(
+            std::io::ErrorKind::PermissionDenied,
+        )));
+        assert!(
+            denied.contains("this user may not write there") && !denied.contains("another"),
+            "{denied}"
+        );
+        let full = text(sled::Error::Io(std::io::Error::from(
+            std::io::ErrorKind::StorageFull,
+        )));
+        assert!(full.contains("the disk is full"), "{full}");
+        let other = text(sled::Error::Io(std::io::Error::other("odd")));
+        assert!(other.ends_with("odd"), "{other}");
+    }
 
     #[test]
     fn save_load_reset() {
