@@ -160,7 +160,10 @@ pub(crate) enum CheckpointAction {
     },
     /// Create an empty checkpoint store for a first start (`run` refuses a missing one).
     Init,
-    /// Remove the checkpoint; the next run starts at `source.start`.
+    /// Remove the stored checkpoint. In at-least-once: the next run starts at source.start
+    /// (events since the old position are skipped or sent again). In exactly-once: the
+    /// commit marker on Kafka still holds the position and the next run resumes there;
+    /// `checkpoint set` moves it.
     Reset {
         /// Confirm: events after the old position may be skipped or re-sent.
         #[arg(long)]

@@ -33,11 +33,18 @@ pub struct MonitorConfig {
         deserialize_with = "crate::units::secs"
     )]
     pub lag_critical_secs: u64,
-    /// Hours your alerting needs to notice a dead router (retention budget in `status`).
-    #[serde(default, deserialize_with = "crate::units::hours_opt")]
+    /// Hours your alerting needs to notice a dead router: with `repair_hours`, the
+    /// retention budget `status` and `validate` hold the binlog retention against.
+    #[serde(
+        default = "default_detect_hours",
+        deserialize_with = "crate::units::hours_opt"
+    )]
     pub detect_hours: Option<f64>,
-    /// Hours you need to repair it (retention budget in `status`).
-    #[serde(default, deserialize_with = "crate::units::hours_opt")]
+    /// Hours you need to repair it (retention budget in `status` and `validate`).
+    #[serde(
+        default = "default_repair_hours",
+        deserialize_with = "crate::units::hours_opt"
+    )]
     pub repair_hours: Option<f64>,
     /// `/ready` answers 503 once undelivered records waited this many seconds without
     /// any acknowledgement from Kafka.
@@ -85,6 +92,16 @@ impl MonitorConfig {
             repair_secs: secs(repair_hours.or(self.repair_hours)),
         }
     }
+}
+
+/// A night and a day: a router that dies on a Friday evening is noticed by Saturday's.
+fn default_detect_hours() -> Option<f64> {
+    Some(24.0)
+}
+
+/// A weekend and a half: the time to get the right people and fix it.
+fn default_repair_hours() -> Option<f64> {
+    Some(60.0)
 }
 
 fn default_listen() -> String {

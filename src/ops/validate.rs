@@ -350,7 +350,8 @@ async fn check_retention(conn: &mut mysql_async::Conn, config: &Config, out: &mu
             CHECK,
             format!("binlogs never expire ({})", retention.setting),
         )),
-        (Some(secs), Some(need)) if secs < need => out.push(Finding::fail(
+        // A risk, not a fault: the router works, and `status` warns the same.
+        (Some(secs), Some(need)) if secs < need => out.push(Finding::warn(
             CHECK,
             format!(
                 "{} by {}, less than monitor.detect_hours + repair_hours = {}",

@@ -509,3 +509,85 @@ async fn reconcile_finds_exactly_the_holes_made_and_republishes_them() {
         "{report:#}"
     );
 }
+
+/// `checkpoint reset` does what its help says in each mode: at-least-once, the next run
+/// starts at `source.start` (what was delivered comes again, same event ids);
+/// exactly-once, the commit marker still holds the position, so the next run resumes
+/// there (nothing again, nothing skipped).
+#[tokio::test(flavor = "multi_thread")]
+async fn checkpoint_reset_starts_over_at_least_once_and_keeps_the_marker_exactly_once() {
+    let help = String::from_utf8(
+        std::process::Command::new(router_bin())
+            .args(["checkpoint", "reset", "--help"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        help.contains("at-least-once: the next run starts at source.start")
+            && help.contains("exactly-once: the commit marker on Kafka still holds the position"),
+        "{help}"
+    );
+    let _settings = SERVER_SETTINGS.read().await;
+    for exactly_once in [false, true] {
+        let (mut conn, mut setup) = fresh(if exactly_once {
+            "reset_eos"
+        } else {
+            "reset_alo"
+        })
+        .await;
+        let db = setup.db.clone();
+        if exactly_once {
+            setup.delivery(Some(&exactly_once_delivery(&db, false)));
+        }
+        let topics = [setup.topic("Order")];
+        let batch = |from: usize| -> Vec<Ev> {
+            (from..from + 10)
+                .map(|i| Ev::new(format!("reset-{i}"), "Order", "a", "{}"))
+                .collect()
+        };
+        // Records read back committed (offsets would count transaction markers too).
+        let read_until = |n: usize| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                let ids: Vec<String> = read_all(&topics).iter().map(Msg::id).collect();
+                if ids.len() >= n || std::time::Instant::now() > deadline {
+                    return ids;
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        };
+        insert_txn(&mut conn, &db, &batch(0)).await;
+        let mut router = setup.start_router_with(&[], &["--init"]);
+        assert_eq!(read_until(10).len(), 10, "{}", router.log());
+        assert!(
+            router.stop(Duration::from_secs(30)).success(),
+            "{}",
+            router.log()
+        );
+
+        let out = setup.cli(&["checkpoint", "reset", "--yes"]);
+        assert!(out.status.success(), "{out:?}");
+        insert_txn(&mut conn, &db, &batch(10)).await;
+        let mut router = setup.start_router();
+        let expected: usize = if exactly_once { 20 } else { 30 };
+        read_until(expected);
+        // Time for anything more than expected to arrive.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let log = router.log();
+        assert!(router.stop(Duration::from_secs(30)).success(), "{log}");
+        let ids: Vec<String> = read_all(&topics).iter().map(Msg::id).collect();
+        let distinct: HashSet<&String> = ids.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            20,
+            "every event, exactly_once={exactly_once}: {log}"
+        );
+        assert_eq!(
+            ids.len(),
+            expected,
+            "exactly_once={exactly_once}: records after the reset:\n{log}"
+        );
+    }
+}
