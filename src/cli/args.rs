@@ -89,7 +89,7 @@ pub(crate) enum Command {
     },
     /// Delete outbox rows that are provably delivered (the durable checkpoint is past the
     /// snapshot they were selected in), in small primary-key-ordered batches; works while
-    /// the router runs. Connects as ops.user.
+    /// the router runs. Connects as ops.user. MariaDB only.
     Prune(PruneArgs),
     /// Publish chosen outbox rows again with their original event ids, keys and topics,
     /// plus a header naming the replay; throttled and written to the audit trail. Works
@@ -97,7 +97,7 @@ pub(crate) enum Command {
     Replay(ReplayArgs),
     /// Compare the outbox rows of a time window with what the routed topics hold, by
     /// event id: missing, duplicated, misrouted, not in the table. Exit 0 when nothing is
-    /// missing or misrouted, 1 otherwise.
+    /// missing or misrouted, 1 otherwise. MariaDB only.
     Reconcile(ReconcileArgs),
     /// List the audit trail: every replay and republish, who, when, why, how many.
     Audit {

@@ -117,6 +117,7 @@ pub async fn prune(
     } = sections;
     let user = ops.user.as_deref().ok_or(OpsError::NoPruneUser)?;
     let mut conn = source::connect_as(source, user, ops.password()?).await?;
+    server::require_mariadb(&mut conn, server::SnapshotFeature::Prune).await?;
     let mut report = PruneReport {
         dry_run: opts.dry_run,
         ..Default::default()

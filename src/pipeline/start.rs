@@ -46,6 +46,14 @@ pub(super) async fn start_position(
             Resume::FirstStart => {}
         }
     }
+    let snapshot_feature = match config.source.snapshot {
+        SnapshotMode::Never => None,
+        SnapshotMode::Initial => Some(server::SnapshotFeature::InitialSnapshot),
+        SnapshotMode::Watermark(_) => Some(server::SnapshotFeature::WatermarkHandover),
+    };
+    if let Some(feature) = snapshot_feature {
+        server::require_mariadb(conn, feature).await?;
+    }
     if config.source.start != StartFrom::Earliest || config.source.snapshot != SnapshotMode::Never {
         let prepared = server::prepared_xa(conn).await?;
         if !prepared.is_empty() {

@@ -112,6 +112,14 @@ pub enum SourceError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "{feature} {}; on MySQL, {instead}",
+        crate::source::server::MARIADB_ONLY
+    )]
+    MariaDbOnly {
+        feature: &'static str,
+        instead: &'static str,
+    },
     #[error("server answered unexpectedly: {0}")]
     Unexpected(String),
     #[error(transparent)]
@@ -145,6 +153,7 @@ impl SourceError {
             | SourceError::ArchiveForeign { .. }
             | SourceError::ArchiveCheckStopped { .. }
             | SourceError::ArchiveRead { .. }
+            | SourceError::MariaDbOnly { .. }
             | SourceError::Unexpected(_)
             | SourceError::Password(_) => false,
         }

@@ -47,6 +47,7 @@ pub async fn reconcile(
     opts: &ReconcileOptions,
 ) -> Result<ReconcileReport, OpsError> {
     let mut conn = source::connect(&config.source).await?;
+    server::require_mariadb(&mut conn, server::SnapshotFeature::Reconcile).await?;
     let until = match opts.until {
         Some(u) => u,
         None => server::now_ms(&mut conn).await? / 1000 + 1,

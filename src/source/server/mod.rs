@@ -2,8 +2,10 @@
 //! settings let the router work. Which tables it reads, and whether their changes reach
 //! the binlog: `tables.rs`.
 
+mod mariadb_only;
 mod tables;
 
+pub use mariadb_only::{require_mariadb, SnapshotFeature, MARIADB_ONLY};
 pub use tables::{binlog_filters, matching_tables, outbox_tables, BinlogFilters, OutboxTables};
 
 use mysql_async::prelude::Queryable;
