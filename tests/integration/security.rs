@@ -175,7 +175,9 @@ async fn kafka_property_errors_never_print_the_value() {
 /// (`password_env`), Kafka's SASL password (`${env:}`), a key password (`${file:}`) and
 /// a secret-named property written inline. The router runs at trace level with
 /// librdkafka's debug on; `validate`, `status`, `status --json`, `/status`, `/metrics`,
-/// `/ready`, `audit`, `checkpoint show` are asked while it runs and after; then refused
+/// `/ready`, `audit`, `checkpoint show` are asked while it runs and after, with `replay`,
+/// `recover`, `reconcile`, `prune`, `checkpoint init`, `health` and `import-debezium`
+/// (their runs, dry runs and refusals) once it stopped; then refused
 /// authentication (a wrong Kafka password, a wrong database password), an unreachable
 /// broker and a panic, each through `validate`, `run` and `status --json`.
 #[tokio::test(flavor = "multi_thread")]
@@ -271,12 +273,46 @@ async fn canary_secrets_reach_no_output() {
     let log = router.log();
     assert!(log.contains("TRACE") && log.contains("librdkafka"), "{log}");
     hidden("run at trace level", &log);
-    for args in commands {
+    // Every other command, stopped: the operator commands (a replay for real, so the
+    // audit trail holds an entry), their dry runs and their refusals.
+    let operator: [&[&str]; 10] = [
+        &[
+            "replay",
+            "--event-id",
+            "canary-1",
+            "--reason",
+            "canary",
+            "--by",
+            "it",
+        ],
+        &[
+            "replay",
+            "--event-id",
+            "canary-2",
+            "--reason",
+            "canary",
+            "--dry-run",
+        ],
+        &["recover", "--since", "1h", "--dry-run"],
+        &["reconcile", "--since", "1h"],
+        &["reconcile", "--since", "1h", "--json"],
+        &["prune", "--older-than", "7d", "--dry-run"],
+        &["checkpoint", "init"],
+        &["checkpoint", "show"],
+        &["health"],
+        &["import-debezium", "no-such-connector.json"],
+    ];
+    for args in commands.iter().chain(operator.iter()) {
         hidden(
             &format!("{args:?} stopped"),
             &output(setup.cli_env(args, &good)),
         );
     }
+    let audit = output(setup.cli_env(&["audit", "--json"], &good));
+    assert!(
+        audit.contains("canary-1"),
+        "the replay was audited: {audit}"
+    );
 
     // Refused authentication, an unreachable broker, a wrong database password, a panic.
     let sasl = setup.kafka_bootstrap.clone();
