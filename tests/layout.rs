@@ -1,46 +1,63 @@
-//! The code layout's promise (lib.rs, docs/development.md "Code layout"): no module of the library
-//! imports another that imports it back, directly or through others. Checked on the
-//! source text: every `crate::<module>` outside test code is an edge between top-level
-//! modules (a file or folder under `src/`).
+//! The code layout's promise (lib.rs, docs/development.md "Code layout"): no circle of
+//! imports at any level. At the top, between the library's modules (a file or folder
+//! under `src/`); inside every folder, between its rooms (each file, each sub-folder as
+//! one, `mod.rs` as its own). Read with `syn` from the whole of every file except its
+//! `#[cfg(test)]` items (tests may reach anywhere): every `use` and every path through
+//! `crate::`, `super::` or `self::`, resolved through the `use` items of the module it
+//! names (`super::Position` from `source/archive.rs` is `crate::position`), is an arrow
+//! from its file to the file that defines what it names.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Top-level module → the top-level modules it names.
-fn imports() -> BTreeMap<String, BTreeSet<String>> {
+use syn::visit::Visit;
+
+/// A module's path from the crate root: `["source", "reader", "events"]`.
+type ModPath = Vec<String>;
+
+/// One file of the library, read.
+struct File {
+    /// Absolute paths it names (`use` trees expanded, `super` and `self` resolved).
+    named: Vec<ModPath>,
+    /// Name → absolute path, from its `use` items (what `super::Name` reaches).
+    uses: BTreeMap<String, ModPath>,
+}
+
+/// Every library file by module path (main.rs and the binary's `cli/` are not the
+/// library).
+fn library() -> BTreeMap<ModPath, File> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let modules: BTreeSet<String> = std::fs::read_dir(&src)
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            match e.path().is_dir() {
-                true => Some(name),
-                false => name.strip_suffix(".rs").map(str::to_string),
-            }
-        })
-        .filter(|m| !matches!(m.as_str(), "lib" | "main" | "cli"))
-        .collect();
-    let crate_path = regex::Regex::new(r"crate::([a-z_]+)").unwrap();
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for module in &modules {
-        let mut files = Vec::new();
-        collect(&src.join(module), &mut files);
-        collect(&src.join(format!("{module}.rs")), &mut files);
-        let edges = graph.entry(module.clone()).or_default();
-        for file in files {
-            let text = std::fs::read_to_string(&file).unwrap();
-            // Test modules may reach anywhere.
-            let code = text.split("#[cfg(test)]").next().unwrap();
-            for c in crate_path.captures_iter(code) {
-                let target = &c[1];
-                if target != module && modules.contains(target) {
-                    edges.insert(target.to_string());
-                }
-            }
+    let mut paths = Vec::new();
+    collect(&src, &mut paths);
+    let mut files = BTreeMap::new();
+    for path in paths {
+        let rel = path.strip_prefix(&src).unwrap();
+        let mut module: ModPath = rel
+            .with_extension("")
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        let is_folder = matches!(module.last().map(String::as_str), Some("mod" | "lib"));
+        if is_folder {
+            module.pop();
         }
+        if module.first().is_some_and(|m| m == "main" || m == "cli") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let syntax = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut reader = Reader {
+            module: module.clone(),
+            is_folder,
+            file: File {
+                named: Vec::new(),
+                uses: BTreeMap::new(),
+            },
+        };
+        reader.visit_file(&syntax);
+        files.insert(module, reader.file);
     }
-    graph
+    files
 }
 
 fn collect(path: &Path, out: &mut Vec<PathBuf>) {
@@ -48,9 +65,216 @@ fn collect(path: &Path, out: &mut Vec<PathBuf>) {
         for e in std::fs::read_dir(path).unwrap().flatten() {
             collect(&e.path(), out);
         }
-    } else if path.is_file() && path.extension().is_some_and(|e| e == "rs") {
+    } else if path.extension().is_some_and(|e| e == "rs") {
         out.push(path.to_path_buf());
     }
+}
+
+struct Reader {
+    module: ModPath,
+    /// A folder's `mod.rs` (or the crate root).
+    is_folder: bool,
+    file: File,
+}
+
+fn is_test(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg")
+            && a.parse_args::<syn::Meta>()
+                .is_ok_and(|m| m.path().is_ident("test"))
+    })
+}
+
+impl Reader {
+    /// `segments` as an absolute path, when it starts at `crate`, `super` or `self`.
+    fn absolute(&self, segments: &[String]) -> Option<ModPath> {
+        let mut at = self.module.clone();
+        let mut rest = segments;
+        match rest.first().map(String::as_str) {
+            Some("crate") => {
+                at.clear();
+                rest = &rest[1..];
+            }
+            Some("super") | Some("self") => {
+                while let Some(first) = rest.first() {
+                    match first.as_str() {
+                        "super" => {
+                            at.pop()?;
+                        }
+                        "self" => {}
+                        _ => break,
+                    }
+                    rest = &rest[1..];
+                }
+            }
+            _ => return None,
+        }
+        at.extend(rest.iter().cloned());
+        Some(at)
+    }
+
+    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                self.use_tree(prefix, &p.tree);
+                prefix.pop();
+            }
+            syn::UseTree::Name(n) => self.used(prefix, &n.ident.to_string(), None),
+            syn::UseTree::Rename(r) => {
+                self.used(prefix, &r.ident.to_string(), Some(r.rename.to_string()))
+            }
+            syn::UseTree::Glob(_) => self.used(prefix, "*", None),
+            syn::UseTree::Group(g) => {
+                for t in &g.items {
+                    self.use_tree(prefix, t);
+                }
+            }
+        }
+    }
+
+    fn used(&mut self, prefix: &[String], name: &str, rename: Option<String>) {
+        let mut segments = prefix.to_vec();
+        if name != "self" && name != "*" {
+            segments.push(name.to_string());
+        }
+        // `use x::{self}` names module x; `use x::*` everything x has.
+        let local = rename.unwrap_or_else(|| match name {
+            "self" => prefix.last().cloned().unwrap_or_default(),
+            _ => name.to_string(),
+        });
+        // A relative first segment (`use archive::Archive` in mod.rs) is a child.
+        let absolute = self.absolute(&segments).or_else(|| {
+            let first = segments.first()?;
+            let std_like = ["std", "core", "alloc"].contains(&first.as_str());
+            (!std_like && first.chars().all(|c| c.is_ascii_lowercase() || c == '_')).then(|| {
+                let mut path = self.module.clone();
+                path.extend(segments.iter().cloned());
+                path
+            })
+        });
+        if let Some(path) = absolute {
+            if local != "*" && local != "_" {
+                self.file.uses.insert(local, path.clone());
+            }
+            self.file.named.push(path);
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for Reader {
+    fn visit_item(&mut self, item: &'ast syn::Item) {
+        let attrs = match item {
+            syn::Item::Mod(m) => &m.attrs,
+            syn::Item::Fn(f) => &f.attrs,
+            syn::Item::Use(u) => &u.attrs,
+            syn::Item::Impl(i) => &i.attrs,
+            syn::Item::Struct(s) => &s.attrs,
+            syn::Item::Enum(e) => &e.attrs,
+            syn::Item::Const(c) => &c.attrs,
+            syn::Item::Static(s) => &s.attrs,
+            syn::Item::Macro(m) => &m.attrs,
+            _ => return syn::visit::visit_item(self, item),
+        };
+        if !is_test(attrs) {
+            syn::visit::visit_item(self, item);
+        }
+    }
+
+    fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+        // A folder's `pub use` hands its children's names on (its face): no arrow of
+        // its own, but what a child's `super::Name` reaches through.
+        let face = self.is_folder && matches!(item.vis, syn::Visibility::Public(_));
+        let named = self.file.named.len();
+        self.use_tree(&mut Vec::new(), &item.tree);
+        if face {
+            self.file.named.truncate(named);
+        }
+    }
+
+    // `pub(super)` / `pub(in crate::x)` say who may see an item, not what it uses.
+    fn visit_visibility(&mut self, _: &'ast syn::Visibility) {}
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+        if let Some(absolute) = self.absolute(&segments) {
+            self.file.named.push(absolute);
+        }
+        syn::visit::visit_path(self, path);
+    }
+}
+
+/// The file that defines what `path` names: the longest prefix that is a module, then
+/// through that module's `use` items (a re-export, or a name it imported for its
+/// children), a few steps at most.
+fn defining(files: &BTreeMap<ModPath, File>, path: &[String]) -> Option<ModPath> {
+    let mut path = path.to_vec();
+    for _ in 0..4 {
+        let module = (0..=path.len())
+            .rev()
+            .map(|n| path[..n].to_vec())
+            .find(|p| files.contains_key(p))?;
+        let Some(next) = path
+            .get(module.len())
+            .and_then(|name| files[&module].uses.get(name))
+        else {
+            return Some(module);
+        };
+        let mut followed = next.clone();
+        followed.extend(path[module.len() + 1..].iter().cloned());
+        if followed == path {
+            return Some(module);
+        }
+        path = followed;
+    }
+    Some(path)
+}
+
+/// File → the files it imports from.
+fn file_graph() -> BTreeMap<ModPath, BTreeSet<ModPath>> {
+    let files = library();
+    files
+        .iter()
+        .map(|(module, file)| {
+            let targets = file
+                .named
+                .iter()
+                .filter_map(|p| defining(&files, p))
+                .filter(|t| t != module)
+                .collect();
+            (module.clone(), targets)
+        })
+        .collect()
+}
+
+/// The graph one level inside `folder`: its rooms (a child file or sub-folder by name;
+/// the folder's own `mod.rs` as `mod.rs`) and the imports between them.
+fn level(
+    graph: &BTreeMap<ModPath, BTreeSet<ModPath>>,
+    folder: &[String],
+) -> BTreeMap<String, BTreeSet<String>> {
+    let room = |m: &ModPath| -> Option<String> {
+        if !m.starts_with(folder) {
+            return None;
+        }
+        Some(
+            m.get(folder.len())
+                .cloned()
+                .unwrap_or_else(|| "mod.rs".into()),
+        )
+    };
+    let mut rooms: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (from, targets) in graph {
+        let Some(a) = room(from) else { continue };
+        let edges = rooms.entry(a.clone()).or_default();
+        for b in targets.iter().filter_map(room) {
+            // The crate root's own file (lib.rs) only declares the modules.
+            if b != a && !(folder.is_empty() && (a == "mod.rs" || b == "mod.rs")) {
+                edges.insert(b);
+            }
+        }
+    }
+    rooms
 }
 
 /// A path from `from` back to itself, if there is one.
@@ -74,21 +298,109 @@ fn cycle_through(graph: &BTreeMap<String, BTreeSet<String>>, from: &str) -> Opti
     None
 }
 
-#[test]
-fn no_module_imports_one_that_imports_it_back() {
-    let graph = imports();
-    assert!(graph.len() > 10, "found only {graph:?}");
-    let cycles: Vec<String> = graph
+fn circles(rooms: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    rooms
         .keys()
-        .filter_map(|m| cycle_through(&graph, m))
+        .filter_map(|m| cycle_through(rooms, m))
         .map(|c| c.join(" → "))
+        .collect()
+}
+
+/// Every folder of the library (the crate root included).
+fn folders(graph: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> BTreeSet<ModPath> {
+    graph
+        .keys()
+        .flat_map(|m| (0..m.len()).map(|n| m[..n].to_vec()))
+        .collect()
+}
+
+/// Circles known and being taken apart (issue #35), each as `folder: room ⇄ room`: one
+/// type's methods spread over several files that import it back. A circle not listed
+/// fails the test, and so does a listed one that is gone (take it off the list).
+const KNOWN: &[&str] = &[
+    "src/sink/kafka: producer ⇄ transactions",
+    "src/source/reader: events ⇄ mod.rs",
+    "src/source/reader: group ⇄ mod.rs",
+    "src/source/reader: mod.rs ⇄ tables",
+];
+
+#[test]
+fn no_circle_of_imports_at_any_level() {
+    let graph = file_graph();
+    assert!(graph.len() > 100, "found only {} files", graph.len());
+    let folders = folders(&graph);
+    assert!(folders.len() > 12, "found only {folders:?}");
+    let mut found = BTreeSet::new();
+    let mut pairs = BTreeSet::new();
+    for folder in &folders {
+        let rooms = level(&graph, folder);
+        for circle in circles(&rooms) {
+            found.insert(format!("in src/{}: {circle}", folder.join("/")));
+        }
+        for (a, targets) in &rooms {
+            for b in targets.iter().filter(|b| a < *b) {
+                if rooms.get(b).is_some_and(|back| back.contains(a)) {
+                    pairs.insert(format!("src/{}: {a} ⇄ {b}", folder.join("/")));
+                }
+            }
+        }
+    }
+    let known: BTreeSet<String> = KNOWN.iter().map(|k| k.to_string()).collect();
+    let new: Vec<&String> = found
+        .iter()
+        .filter(|c| {
+            !known.iter().any(|k| {
+                let (folder, pair) = k.split_once(": ").unwrap();
+                let (a, b) = pair.split_once(" ⇄ ").unwrap();
+                c.starts_with(&format!("in {folder}: "))
+                    && c.contains(a)
+                    && c.contains(b)
+                    && c.matches(" → ").count() == 2
+            })
+        })
         .collect();
-    assert!(cycles.is_empty(), "import circles:\n{}", cycles.join("\n"));
+    assert!(
+        new.is_empty(),
+        "import circles:\n{}",
+        new.iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let gone: Vec<&String> = known.difference(&pairs).collect();
+    assert!(
+        gone.is_empty(),
+        "no longer circles, take them off KNOWN: {gone:?}"
+    );
 }
 
 #[test]
-fn the_check_sees_a_circle() {
-    let mut graph = imports();
-    graph.get_mut("source").unwrap().insert("pipeline".into());
-    assert!(cycle_through(&graph, "source").is_some());
+fn the_check_sees_what_it_must() {
+    let mut graph = file_graph();
+    // Code after a test module is read (it used to stop at the first `#[cfg(test)]`).
+    let config = &graph[&vec!["config".to_string()]];
+    assert!(
+        config.contains(&vec!["source".to_string(), "config".to_string()]),
+        "{config:?}"
+    );
+    // `super::` through the parent's `use` reaches the defining file.
+    let archive = &graph[&vec!["source".to_string(), "archive".to_string()]];
+    assert!(
+        archive.contains(&vec!["position".to_string(), "binlog".to_string()]),
+        "{archive:?}"
+    );
+    // A circle planted inside a folder, and one between top-level modules, are seen.
+    let reader = vec![
+        "source".to_string(),
+        "reader".to_string(),
+        "events".to_string(),
+    ];
+    let archive = vec!["source".to_string(), "archive".to_string()];
+    graph.get_mut(&archive).unwrap().insert(reader);
+    assert!(!circles(&level(&graph, &["source".to_string()])).is_empty());
+    graph
+        .get_mut(&vec!["source".to_string(), "row".to_string()])
+        .unwrap()
+        .insert(vec!["pipeline".to_string()]);
+    assert!(!circles(&level(&graph, &[])).is_empty());
 }

@@ -179,7 +179,7 @@ impl Config {
         }
         self.source.check()?;
         self.pipeline.check()?;
-        self.kafka.check()?;
+        crate::sink::check_kafka(&self.kafka)?;
         self.delivery.check()?;
         self.delivery.check_against_transaction_timeout(
             crate::sink::KafkaSink::transaction_timeout_ms(&self.kafka),

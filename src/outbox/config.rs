@@ -1,10 +1,11 @@
-//! `[outbox]`: which tables are outboxes, their columns, and the invalid-row policy.
+//! `[outbox]`: which tables are outboxes, which column means what, and the invalid-row
+//! policy.
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::{ColumnMapping, OnInvalid};
+use super::OnInvalid;
 
 /// Outbox tables and their column mapping.
 #[derive(Debug, Deserialize)]
@@ -39,4 +40,68 @@ impl OutboxConfig {
 
 fn default_dead_letter_topic() -> String {
     "outbox.dead-letter".into()
+}
+
+/// Debezium's default name of the trace-context column (`tracing.span.context.field`).
+pub const DEFAULT_TRACE_CONTEXT: &str = "tracingspancontext";
+
+/// Outbox column names. Defaults are those of Debezium's Outbox Event Router.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnMapping {
+    /// Unique event id, sent as the event-id header.
+    #[serde(default = "d_id")]
+    pub event_id: String,
+    /// Column whose value picks the topic (Debezium's `route.by.field`).
+    #[serde(default = "d_aggregate_type")]
+    pub aggregate_type: String,
+    /// Aggregate id: the record key.
+    #[serde(default = "d_aggregate_id")]
+    pub aggregate_id: String,
+    /// Event type, sent as header `type` when the table has this column.
+    #[serde(default = "d_event_type")]
+    pub event_type: String,
+    /// The record value.
+    #[serde(default = "d_payload")]
+    pub payload: String,
+    /// Optional DATETIME/TIMESTAMP column used as record timestamp (else commit time).
+    #[serde(default)]
+    pub timestamp: Option<String>,
+    /// Column holding a W3C trace context (`traceparent` text, or Debezium's properties
+    /// text), propagated as `traceparent` / `tracestate` headers when the table has it.
+    #[serde(default = "d_trace_context")]
+    pub trace_context: Option<String>,
+}
+
+fn d_id() -> String {
+    "id".into()
+}
+fn d_aggregate_type() -> String {
+    "aggregatetype".into()
+}
+fn d_aggregate_id() -> String {
+    "aggregateid".into()
+}
+fn d_event_type() -> String {
+    "type".into()
+}
+fn d_payload() -> String {
+    "payload".into()
+}
+fn d_trace_context() -> Option<String> {
+    Some(DEFAULT_TRACE_CONTEXT.into())
+}
+
+impl Default for ColumnMapping {
+    fn default() -> Self {
+        Self {
+            event_id: d_id(),
+            aggregate_type: d_aggregate_type(),
+            aggregate_id: d_aggregate_id(),
+            event_type: d_event_type(),
+            payload: d_payload(),
+            timestamp: None,
+            trace_context: d_trace_context(),
+        }
+    }
 }

@@ -10,9 +10,9 @@ mod rules;
 pub mod trace;
 mod value;
 
-pub use config::OutboxConfig;
+pub use config::{ColumnMapping, OutboxConfig};
 pub(crate) use event::dead_letter_json;
 pub use event::{EventId, InvalidEvent, OutboxEvent};
-pub use mapping::{ColumnMapping, Ignored, MappedTransaction, Mapper};
+pub use mapping::{Ignored, MappedTransaction, Mapper};
 pub use policy::OnInvalid;
 pub use rules::{parse_placements, Additional, OnUpdate, Placement, Rules};

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use regex::Regex;
 
-use super::ColumnMapping;
+use super::config::{ColumnMapping, DEFAULT_TRACE_CONTEXT};
 
 /// Where an additional column goes (`table.fields.additional.placement`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,9 +75,6 @@ pub struct Rules {
     /// headers when the table has it.
     pub trace_context: Option<String>,
 }
-
-/// Debezium's `tracing.span.context.field` default, ours too.
-pub const DEFAULT_TRACE_CONTEXT: &str = "tracingspancontext";
 
 /// The regex Debezium applies by default.
 const DEFAULT_REGEX: &str = "(?<routedByValue>.*)";

@@ -67,7 +67,10 @@ pub(super) async fn start_position(
     // retention runway computed from it are never understated. A given or earliest
     // position has no known time (0) until its first transaction is acknowledged.
     let taken_at = server::now_ms(conn).await?;
-    let (position, commit_time_ms) = match (config.source.snapshot.rows(), &config.source.start) {
+    let (position, commit_time_ms) = match (
+        crate::source::snapshot::RowFilter::for_first_start(&config.source.snapshot),
+        &config.source.start,
+    ) {
         (Some(rows), _) => (
             super::table::initial_snapshot(config, rows, sink).await?,
             taken_at,

@@ -3,12 +3,14 @@
 //! so the checkpoint, the monitor and the router need not import the source.
 
 mod binlog;
+mod error;
 mod file;
 mod gtid;
 mod mysql_gtid;
 mod table;
 
-pub use binlog::{Position, PositionError};
+pub use binlog::Position;
+pub use error::PositionError;
 pub use file::BinlogFile;
 pub use gtid::{GtidState, MariaGtid, MariaGtidState};
 pub use mysql_gtid::MySqlGtidSet;

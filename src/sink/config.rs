@@ -68,22 +68,6 @@ fn default_minus_one() -> i32 {
 }
 
 impl KafkaConfig {
-    /// What is wrong with these settings, if anything.
-    pub fn check(&self) -> Result<(), String> {
-        for fixed in ["acks", "enable.idempotence", "bootstrap.servers"] {
-            if self.properties.contains_key(fixed) {
-                return Err(format!(
-                    "kafka.properties.{fixed} cannot be set: the router fixes it (bootstrap.servers: use kafka.bootstrap_servers)"
-                ));
-            }
-        }
-        // Here, at load, so no later client creation prints a property's value.
-        super::kafka::check_native(self).map_err(|e| {
-            format!("{e} (librdkafka's names: https://github.com/confluentinc/librdkafka/blob/master/CONFIGURATION.md; Java-only properties such as sasl.jaas.config have librdkafka equivalents, e.g. sasl.username / sasl.password)")
-        })?;
-        Ok(())
-    }
-
     /// The producer's record size limit (librdkafka `message.max.bytes`).
     pub fn max_message_bytes(&self) -> usize {
         self.properties

@@ -12,8 +12,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 pub use config::{DeliveryConfig, DeliveryMode, KafkaConfig, TopicRule, TopicsConfig};
 pub use kafka::{
-    client_config, consumer_config, newest, property_problem, scan, FirstStartRecord, KafkaSink,
-    MarkerHistory, Newest, Scanned, TopicCreator, Unreachable,
+    check as check_kafka, client_config, consumer_config, newest, property_problem, scan,
+    FirstStartRecord, KafkaSink, MarkerHistory, Newest, Scanned, TopicCreator, Unreachable,
 };
 pub use stdout::StdoutSink;
 

@@ -104,17 +104,6 @@ pub enum SnapshotMode {
     Watermark(String),
 }
 
-impl SnapshotMode {
-    /// The rows a first start publishes from the table, if any: `None` for `never`.
-    pub fn rows(&self) -> Option<super::snapshot::RowFilter> {
-        match self {
-            SnapshotMode::Never => None,
-            SnapshotMode::Initial => Some(Default::default()),
-            SnapshotMode::Watermark(w) => Some(super::snapshot::RowFilter::default().condition(w)),
-        }
-    }
-}
-
 impl<'de> Deserialize<'de> for SnapshotMode {
     /// `"never"`, `"initial"`, or `{ watermark = "SQL condition" }`.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

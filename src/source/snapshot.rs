@@ -25,6 +25,14 @@ pub struct RowFilter {
 }
 
 impl RowFilter {
+    /// The rows a first start publishes from the table under `mode`: `None` for `never`.
+    pub fn for_first_start(mode: &super::SnapshotMode) -> Option<Self> {
+        match mode {
+            super::SnapshotMode::Never => None,
+            super::SnapshotMode::Initial => Some(Self::default()),
+            super::SnapshotMode::Watermark(w) => Some(Self::default().condition(w)),
+        }
+    }
     /// Rows whose `column` is at or after `secs` (unix seconds, read in the session time
     /// zone like `CURRENT_TIMESTAMP`).
     pub fn since(mut self, column: &str, secs: i64) -> Self {

@@ -362,7 +362,7 @@ async fn canary_secrets_reach_no_output() {
             );
         }
         let mut router = setup.start_router_with(&env, &[]);
-        if router.wait(Duration::from_secs(15)).is_none() {
+        if router.wait(Duration::from_secs(8)).is_none() {
             router.stop(Duration::from_secs(30));
         }
         let log = router.log();

@@ -8,7 +8,14 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use super::optional::OptionalGauge;
-use super::{FloatCounter, FloatGauge, IntGauge, Labels};
+use std::sync::atomic::{AtomicI64, AtomicU64};
+
+use prometheus_client::metrics::gauge::Gauge;
+
+pub(super) type Labels = Vec<(&'static str, String)>;
+pub(super) type IntGauge = Gauge<i64, AtomicI64>;
+pub(super) type FloatGauge = Gauge<f64, AtomicU64>;
+pub(super) type FloatCounter = Counter<f64, AtomicU64>;
 
 /// What kind of series a metric is (its `# TYPE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

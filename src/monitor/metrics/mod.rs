@@ -9,18 +9,15 @@ mod readiness;
 mod router_state;
 mod status_cache;
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use prometheus_client::metrics::gauge::Gauge as FloatGaugeBase;
-
-use catalog::Registered;
+use catalog::{Labels, Registered};
 pub use catalog::{MetricDef, MetricKind, ABSENT_WHILE_UNKNOWN, CATALOG};
 
 use super::role::RoleState;
@@ -28,11 +25,6 @@ use super::{Progress, Status};
 use crate::checkpoint::Checkpoint;
 use crate::position::Position;
 use crate::source::RowOp;
-
-type Labels = Vec<(&'static str, String)>;
-type IntGauge = Gauge<i64, AtomicI64>;
-type FloatGauge = FloatGaugeBase<f64, AtomicU64>;
-type FloatCounter = Counter<f64, AtomicU64>;
 
 /// Why the pipeline restarted, as the `reason` label of `restarts_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,7 +22,7 @@ mod report;
 mod table_reads;
 mod window;
 
-pub use report::{ReconcileOptions, ReconcileReport, TopicCounts};
+pub use report::{ReconcileOptions, ReconcileReport, TopicCounts, LISTED_IDS};
 use table_reads::{name_ids, not_in_table, row_times, wait_for_checkpoint, Kind};
 use window::{fingerprint, id_hash, Expected, IdHash, Window};
 
@@ -33,10 +33,6 @@ use crate::route::Record;
 use crate::sink::Sink;
 use crate::source::snapshot::RowFilter;
 use crate::source::{self, server};
-
-/// Ids listed per kind in a report (all of them are counted); `--republish-missing`
-/// sends at most this many per run.
-pub const LISTED_IDS: usize = 100_000;
 
 /// How far before the window the topics are read.
 const SCAN_SLACK_MS: i64 = 60_000;

@@ -5,6 +5,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+/// Ids listed per kind in a report (all of them are counted); `--republish-missing`
+/// sends at most this many per run.
+pub const LISTED_IDS: usize = 100_000;
+
 /// The window and how to judge it.
 #[derive(Debug, Clone)]
 pub struct ReconcileOptions {

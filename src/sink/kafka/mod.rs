@@ -51,13 +51,24 @@ pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
     c
 }
 
-/// librdkafka's word on the producer's properties, without their values: its error text
-/// carries the value, which may be a secret resolved from `${env:}` or `${file:}`.
-pub fn check_native(cfg: &KafkaConfig) -> Result<(), String> {
+/// What is wrong with `[kafka]`, if anything: a property the router fixes, or one
+/// librdkafka refuses. Asked at load, so no later client creation prints a property's
+/// value (librdkafka's error text carries it, and it may be a secret resolved from
+/// `${env:}` or `${file:}`).
+pub fn check(cfg: &KafkaConfig) -> Result<(), String> {
+    for fixed in ["acks", "enable.idempotence", "bootstrap.servers"] {
+        if cfg.properties.contains_key(fixed) {
+            return Err(format!(
+                "kafka.properties.{fixed} cannot be set: the router fixes it (bootstrap.servers: use kafka.bootstrap_servers)"
+            ));
+        }
+    }
     client_config(cfg)
         .create_native_config()
         .map(drop)
-        .map_err(|e| without_values(&e))
+        .map_err(|e| {
+            format!("{} (librdkafka's names: https://github.com/confluentinc/librdkafka/blob/master/CONFIGURATION.md; Java-only properties such as sasl.jaas.config have librdkafka equivalents, e.g. sasl.username / sasl.password)", without_values(&e))
+        })
 }
 
 /// librdkafka's objection to one property on its own (unknown, Java-only, a bad value),
