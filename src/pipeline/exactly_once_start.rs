@@ -13,7 +13,7 @@ use tracing::{info, warn};
 use super::PipelineError;
 use crate::checkpoint::Checkpoint;
 use crate::config::Config;
-use crate::sink::{KafkaSink, MarkerHistory};
+use crate::sink::{self, MarkerHistory};
 
 /// Where an exactly-once run begins.
 #[derive(Debug, PartialEq, Eq)]
@@ -77,7 +77,7 @@ pub(super) fn choose(
 pub(super) fn resume(config: &Config, store: Option<Checkpoint>) -> Result<Resume, PipelineError> {
     let started = std::time::Instant::now();
     let history =
-        tokio::task::block_in_place(|| KafkaSink::marker_history(&config.kafka, &config.delivery))?;
+        tokio::task::block_in_place(|| sink::marker_history(&config.kafka, &config.delivery))?;
     tracing::debug!(
         read_ms = started.elapsed().as_millis() as u64,
         "read the newest commit marker"
@@ -133,8 +133,8 @@ pub async fn record_first_start(
     store: Option<&Checkpoint>,
 ) -> Result<FirstStart, PipelineError> {
     let (kafka, delivery) = (&config.kafka, &config.delivery);
-    KafkaSink::ensure_checkpoint_topic(kafka, delivery)?;
-    let history = tokio::task::block_in_place(|| KafkaSink::marker_history(kafka, delivery))?;
+    sink::ensure_checkpoint_topic(kafka, delivery)?;
+    let history = tokio::task::block_in_place(|| sink::marker_history(kafka, delivery))?;
     if history.marker.is_some() {
         return Ok(FirstStart::HasMarker);
     }
@@ -145,7 +145,7 @@ pub async fn record_first_start(
         Err(Refusal::NoFirstStart) => {}
         Err(refusal) => return Err(refused(config, refusal)),
     }
-    KafkaSink::record_first_start(
+    sink::record_first_start(
         kafka,
         &delivery.checkpoint_topic,
         &delivery.transactional_id,

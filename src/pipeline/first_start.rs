@@ -9,7 +9,7 @@
 use super::{record_first_start, FirstStart, PipelineError};
 use crate::checkpoint::CheckpointStore;
 use crate::config::Config;
-use crate::sink::KafkaSink;
+use crate::sink;
 
 /// What an init did.
 #[derive(Debug)]
@@ -48,8 +48,8 @@ pub async fn init(config: &Config) -> Result<Init, PipelineError> {
     };
     let (kafka, delivery) = (&config.kafka, &config.delivery);
     let topic = &delivery.checkpoint_topic;
-    KafkaSink::ensure_checkpoint_topic(kafka, delivery)?;
-    let record = tokio::task::block_in_place(|| KafkaSink::first_start_of(kafka, topic, name))?;
+    sink::ensure_checkpoint_topic(kafka, delivery)?;
+    let record = tokio::task::block_in_place(|| sink::first_start_of(kafka, topic, name))?;
     if !existed {
         let how = match (&record.recorded, record.head_deleted_from) {
             (Some(text), _) => Some(text.clone()),
@@ -74,7 +74,7 @@ pub async fn init(config: &Config) -> Result<Init, PipelineError> {
         Some(_) if existed => FirstStart::HasStore,
         Some(_) => unreachable!("refused above"),
         None => {
-            KafkaSink::record_first_start(kafka, topic, name).await?;
+            sink::record_first_start(kafka, topic, name).await?;
             FirstStart::Recorded
         }
     };

@@ -12,7 +12,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 pub use config::{DeliveryConfig, DeliveryMode, KafkaConfig, TopicRule, TopicsConfig};
 pub use kafka::{
-    check as check_kafka, client_config, consumer_config, newest, property_problem, scan,
+    check as check_kafka, client_config, consumer_config, ensure_checkpoint_topic, first_start_of,
+    last_marker, marker_history, newest, property_problem, record_first_start, scan,
     FirstStartRecord, KafkaSink, MarkerHistory, Newest, Scanned, TopicCreator, Unreachable,
 };
 pub use stdout::StdoutSink;

@@ -4,6 +4,7 @@
 //! markers and Connect offsets), and the probe that tells whether a cluster is reachable.
 
 mod admin;
+mod checkpoint_topic;
 mod consumer_markers;
 mod consumer_scan;
 mod delivery;
@@ -14,11 +15,14 @@ mod transactions;
 use rdkafka::config::ClientConfig;
 
 pub use admin::TopicCreator;
+pub use checkpoint_topic::{
+    ensure_checkpoint_topic, first_start_of, last_marker, marker_history, record_first_start,
+    FirstStartRecord, MarkerHistory,
+};
 pub use consumer_markers::{newest, Newest};
 pub use consumer_scan::{scan, Scanned};
 pub use probe::Unreachable;
 pub use producer::KafkaSink;
-pub use transactions::{FirstStartRecord, MarkerHistory};
 
 use super::KafkaConfig;
 

@@ -100,6 +100,62 @@ impl KafkaSink {
             transactional,
         })
     }
+
+    /// True in exactly-once mode.
+    pub fn is_transactional(&self) -> bool {
+        self.transactional.is_some()
+    }
+
+    /// Opens a Kafka transaction (exactly-once mode).
+    pub fn begin(&self) -> Result<(), SinkError> {
+        match &self.transactional {
+            Some(t) => t.begin(&self.producer),
+            None => Ok(()),
+        }
+    }
+
+    /// Commits the open Kafka transaction with `marker` (exactly-once mode).
+    pub async fn commit(&self, marker: Option<Vec<u8>>) -> Result<(), SinkError> {
+        match &self.transactional {
+            Some(t) => t.commit(&self.producer, marker).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Aborts the open transaction, if any (after a failed delivery).
+    pub fn abort(&self) {
+        if let Some(t) = &self.transactional {
+            t.abort(&self.producer);
+        }
+    }
+
+    /// A failure as what caused it (a fence, in exactly-once mode).
+    pub fn explain(&self, error: SinkError) -> SinkError {
+        match &self.transactional {
+            Some(t) => t.explain(&self.producer, error),
+            None => error,
+        }
+    }
+
+    /// A failure of a Kafka transaction open for `open_for` as what it was: past the
+    /// producer's `transaction.timeout.ms`, the coordinator aborts it (see
+    /// `Transactional::outlived_transaction_timeout`).
+    pub fn outlived_transaction_timeout(&self, error: SinkError, open_for: Duration) -> SinkError {
+        match &self.transactional {
+            Some(t) => t.outlived_transaction_timeout(&self.producer, error, open_for),
+            None => error,
+        }
+    }
+
+    /// Drops every record not yet written (queued, or in flight and not yet answered):
+    /// after one record failed, the ones behind it on its partition must not be written
+    /// before it is sent again, or its aggregate's order breaks. librdkafka delivers
+    /// later records after an earlier one timed out, as soon as the broker is back.
+    pub fn abandon(&self) {
+        self.producer
+            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+    }
+
     pub(crate) async fn send(&self, records: Vec<Record>) -> Result<Delivery, SinkError> {
         self.topics
             .ensure(records.iter().map(|r| &*r.topic))

@@ -1,0 +1,135 @@
+//! The checkpoint topic, read and written outside any transaction: exactly-once mode's
+//! newest commit marker, and the first-start records of `checkpoint init` / `run --init`.
+
+use std::time::Duration;
+
+use rdkafka::producer::FutureProducer;
+
+use super::{client_config, TopicCreator};
+use crate::sink::{DeliveryConfig, KafkaConfig, SinkError};
+
+/// The newest commit marker of `delivery.transactional_id`, read with
+/// `read_committed`: where exactly-once mode resumes.
+pub fn last_marker(
+    cfg: &KafkaConfig,
+    delivery: &DeliveryConfig,
+) -> Result<Option<Vec<u8>>, SinkError> {
+    super::consumer_markers::last(cfg, &delivery.checkpoint_topic, &delivery.transactional_id)
+}
+
+/// What the checkpoint topic holds for `delivery.transactional_id`: its newest commit
+/// marker, else whether one was deleted and whether a first start was recorded.
+pub fn marker_history(
+    cfg: &KafkaConfig,
+    delivery: &DeliveryConfig,
+) -> Result<MarkerHistory, SinkError> {
+    let topic = &delivery.checkpoint_topic;
+    if let Some(marker) = last_marker(cfg, delivery)? {
+        return Ok(MarkerHistory {
+            marker: Some(marker),
+            ..MarkerHistory::default()
+        });
+    }
+    // No marker: a first start, or one lost. The whole partition is read for the
+    // evidence (compaction keeps it small).
+    let first_start = first_start_key(&delivery.transactional_id);
+    let keys = [delivery.transactional_id.as_bytes(), first_start.as_bytes()];
+    let Some(read) = super::consumer_markers::newest_of_keys(cfg, topic, 0, &keys)? else {
+        return Ok(MarkerHistory::default());
+    };
+    let [marker, first_start] = <[_; 2]>::try_from(read.newest).expect("two keys asked");
+    Ok(MarkerHistory {
+        marker: marker.as_ref().and_then(|m| m.value.clone()),
+        marker_deleted: marker.is_some_and(|m| m.value.is_none()),
+        first_start_recorded: first_start.is_some(),
+        head_deleted_from: (read.log_start > 0).then_some(read.log_start),
+    })
+}
+
+/// Creates the checkpoint topic, or checks the shape of the one there.
+pub fn ensure_checkpoint_topic(
+    cfg: &KafkaConfig,
+    delivery: &DeliveryConfig,
+) -> Result<(), SinkError> {
+    TopicCreator::new(cfg)?.ensure_compacted(&delivery.checkpoint_topic, "checkpoint")
+}
+
+/// Records under `name` on `topic` that a first start at `source.start` is intended
+/// (`checkpoint init` or `run --init`; `name` is exactly-once mode's transactional id
+/// or at-least-once mode's `checkpoint.name`). Under a key of its own, so it can never
+/// hide a commit marker.
+pub async fn record_first_start(
+    cfg: &KafkaConfig,
+    topic: &str,
+    name: &str,
+) -> Result<(), SinkError> {
+    let producer: FutureProducer = client_config(cfg).create().map_err(SinkError::Create)?;
+    let key = first_start_key(name);
+    let value = format!(
+        "first start recorded at unix ms {}",
+        crate::checkpoint::now_ms()
+    );
+    let record = rdkafka::producer::FutureRecord::to(topic)
+        .partition(0)
+        .key(&key)
+        .payload(&value);
+    let failed = |reason: String| SinkError::FirstStart {
+        topic: topic.to_string(),
+        reason,
+    };
+    match producer.send(record, Duration::from_secs(30)).await {
+        // Proof, as for any record: an offset.
+        Ok(delivered) if delivered.offset >= 0 => Ok(()),
+        Ok(_) => Err(failed("reported delivered without an offset".into())),
+        Err((error, _)) => Err(failed(error.to_string())),
+    }
+}
+
+/// Whether a first start was recorded under `name` on `topic` (its record), and
+/// whether records were deleted from the topic's head (it may have been one).
+pub fn first_start_of(
+    cfg: &KafkaConfig,
+    topic: &str,
+    name: &str,
+) -> Result<FirstStartRecord, SinkError> {
+    let key = first_start_key(name);
+    let Some(read) = super::consumer_markers::newest_of_keys(cfg, topic, 0, &[key.as_bytes()])?
+    else {
+        return Ok(FirstStartRecord::default());
+    };
+    let newest = read.newest.into_iter().next().flatten();
+    Ok(FirstStartRecord {
+        recorded: newest
+            .and_then(|r| r.value)
+            .map(|v| String::from_utf8_lossy(&v).into_owned()),
+        head_deleted_from: (read.log_start > 0).then_some(read.log_start),
+    })
+}
+
+/// What a checkpoint topic says of one name's first start.
+#[derive(Debug, Default)]
+pub struct FirstStartRecord {
+    /// The record's text ("first start recorded at unix ms …"), when there is one.
+    pub recorded: Option<String>,
+    /// Records were deleted from the head of the topic, below this offset.
+    pub head_deleted_from: Option<i64>,
+}
+
+/// What the checkpoint topic says of one transactional id's commit markers.
+#[derive(Debug, Default)]
+pub struct MarkerHistory {
+    /// The newest commit marker (encoded checkpoint).
+    pub marker: Option<Vec<u8>>,
+    /// The newest record under the marker's key is a tombstone: a marker existed.
+    pub marker_deleted: bool,
+    /// A first start at `source.start` was recorded (`checkpoint init`, `run --init`).
+    pub first_start_recorded: bool,
+    /// Records were deleted from the head of the topic, below this offset: they may
+    /// have been markers.
+    pub head_deleted_from: Option<i64>,
+}
+
+/// The key of `checkpoint init`'s first-start record: beside the markers, never theirs.
+fn first_start_key(name: &str) -> String {
+    format!("{name}#first-start")
+}
