@@ -1,6 +1,7 @@
 //! The command line, as clap parses it.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -178,14 +179,13 @@ pub(crate) struct RecoverArgs {
     /// [default: outbox.columns.timestamp, else created_at].
     #[arg(long)]
     pub(crate) timestamp_column: Option<String>,
-    /// Slack before the checkpoint's commit time (clocks, time zones): seconds or a
-    /// duration (10m).
-    #[arg(long, alias = "margin", value_parser = outbox_router::units::parse_secs, default_value = "600")]
-    pub(crate) margin_secs: u64,
+    /// Slack before the checkpoint's commit time (clocks, time zones).
+    #[arg(long, alias = "margin-secs", value_parser = duration, default_value = "10m")]
+    pub(crate) margin: Duration,
     /// The longest your transactions stay open: a row's timestamp is its INSERT's
     /// time, its COMMIT may come this much later.
-    #[arg(long, alias = "longest-transaction", value_parser = outbox_router::units::parse_secs, default_value = "3600")]
-    pub(crate) longest_transaction_secs: u64,
+    #[arg(long, alias = "longest-transaction-secs", value_parser = duration, default_value = "1h")]
+    pub(crate) longest_transaction: Duration,
     /// Re-publish rows written from this time on, instead of checkpoint − margins: unix
     /// seconds, RFC 3339 or a duration ago (2h), as `replay --since`.
     #[arg(long, value_parser = parse_time)]
@@ -206,8 +206,8 @@ pub(crate) struct RecoverArgs {
 #[derive(Args)]
 pub(crate) struct PruneArgs {
     /// Only rows older than this (e.g. 7d, 36h), by their timestamp column.
-    #[arg(long, value_parser = humantime::parse_duration)]
-    pub(crate) older_than: std::time::Duration,
+    #[arg(long, value_parser = duration)]
+    pub(crate) older_than: Duration,
     /// Rows per batch; each batch is one short transaction.
     #[arg(long, default_value_t = 1000)]
     pub(crate) batch: usize,
@@ -220,11 +220,11 @@ pub(crate) struct PruneArgs {
     pub(crate) timestamp_column: Option<String>,
     /// Also keep rows written less than this before the checkpoint's commit time (clocks,
     /// time zones).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
-    pub(crate) margin: std::time::Duration,
+    #[arg(long, value_parser = duration, default_value = "10m")]
+    pub(crate) margin: Duration,
     /// How long a batch waits for the router's checkpoint to pass the rows it selected.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
-    pub(crate) wait: std::time::Duration,
+    #[arg(long, value_parser = duration, default_value = "60s")]
+    pub(crate) wait: Duration,
     /// Copy each batch into this table (DB.TABLE, or TABLE in the outbox's database) in
     /// the same transaction, before deleting it.
     #[arg(long, value_name = "TABLE")]
@@ -247,7 +247,7 @@ pub(crate) fn parse_time(s: &str) -> Result<i64, String> {
     let at = match humantime::parse_rfc3339_weak(s) {
         Ok(t) => t,
         Err(_) => {
-            let ago = humantime::parse_duration(s).map_err(|_| {
+            let ago = outbox_router::units::parse_duration(s).map_err(|_| {
                 format!("{s:?} is not a time: give unix seconds, RFC 3339 (2026-12-01T10:00:00Z) or a duration ago (2h, 7d)")
             })?;
             SystemTime::now() - ago
@@ -256,6 +256,15 @@ pub(crate) fn parse_time(s: &str) -> Result<i64, String> {
     Ok(at
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64))
+}
+
+/// Every duration flag's one parser: a number of seconds, or a duration with units
+/// (`500ms`, `10m`, `1d 12h`), as the config file's `_secs` keys take them.
+fn duration(s: &str) -> Result<Duration, String> {
+    match s.trim().parse::<u64>() {
+        Ok(secs) => Ok(Duration::from_secs(secs)),
+        Err(_) => outbox_router::units::parse_duration(s),
+    }
 }
 
 /// Hours as a number (36, 0.5) or a duration (1d 12h).
@@ -338,12 +347,12 @@ pub(crate) struct ReconcileArgs {
     #[arg(long)]
     pub(crate) timestamp_column: Option<String>,
     /// How long to wait for the router's checkpoint to pass the rows read.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
-    pub(crate) wait: std::time::Duration,
+    #[arg(long, value_parser = duration, default_value = "60s")]
+    pub(crate) wait: Duration,
     /// When it does not: rows written this close to the checkpoint's commit time are
     /// in flight, not missing.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
-    pub(crate) grace: std::time::Duration,
+    #[arg(long, value_parser = duration, default_value = "30s")]
+    pub(crate) grace: Duration,
     /// Compare both channels of a handover: the live topics (a polling relay's) and the
     /// shadow topics (`run --shadow`'s, with its checkpoint); report what either missed.
     #[arg(long, conflicts_with = "republish_missing")]
@@ -363,4 +372,46 @@ pub(crate) struct ReconcileArgs {
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// Every duration flag takes the same forms: seconds, or a duration with units.
+    #[test]
+    fn one_duration_parser_for_every_flag() {
+        let recover = |args: &[&str]| match Cli::try_parse_from(
+            [&["outbox-router", "recover"][..], args].concat(),
+        )
+        .unwrap()
+        .command
+        {
+            Command::Recover(r) => (r.margin, r.longest_transaction),
+            _ => unreachable!(),
+        };
+        let prune = |args: &[&str]| match Cli::try_parse_from(
+            [&["outbox-router", "prune", "--older-than", "7d"][..], args].concat(),
+        )
+        .unwrap()
+        .command
+        {
+            Command::Prune(p) => (p.older_than, p.margin),
+            _ => unreachable!(),
+        };
+        let ten_min = Duration::from_secs(600);
+        assert_eq!(recover(&[]), (ten_min, Duration::from_secs(3600)));
+        assert_eq!(recover(&["--margin", "600"]).0, ten_min);
+        assert_eq!(recover(&["--margin", "10m"]).0, ten_min);
+        assert_eq!(
+            recover(&["--margin-secs", "600", "--longest-transaction", "2h"]),
+            (ten_min, Duration::from_secs(7200))
+        );
+        assert_eq!(prune(&[]), (Duration::from_secs(7 * 86_400), ten_min));
+        assert_eq!(prune(&["--margin", "600"]).1, ten_min);
+        assert_eq!(prune(&["--margin", "10m"]).1, ten_min);
+        assert!(Cli::try_parse_from(["outbox-router", "recover", "--margin", "soon"]).is_err());
+    }
 }

@@ -69,7 +69,8 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<ExitCode> {
             offsets: Some(store),
             ignore_prepared_xa,
         } => import::offsets(&config, &file, &store, ignore_prepared_xa).await,
-        Command::ImportDebezium { file, .. } => import::run(&file),
+        // Without --offsets it needs no config and returned above.
+        Command::ImportDebezium { offsets: None, .. } => unreachable!("handled before the config"),
         Command::Validate => validate::run(&config).await,
         Command::Status {
             json,

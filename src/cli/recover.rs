@@ -15,8 +15,8 @@ pub(super) async fn run(config: &Config, opts: RecoverArgs) -> Result<ExitCode> 
             .timestamp_column
             .or_else(|| config.outbox.columns.timestamp.clone())
             .unwrap_or_else(|| "created_at".into()),
-        margin: std::time::Duration::from_secs(opts.margin_secs),
-        longest_transaction: std::time::Duration::from_secs(opts.longest_transaction_secs),
+        margin: opts.margin,
+        longest_transaction: opts.longest_transaction,
         since_secs: opts.since,
         dry_run: opts.dry_run,
         allow_empty: opts.allow_empty,

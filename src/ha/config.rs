@@ -1,7 +1,5 @@
 //! `[ha]`: the lock group, its session timeout, and how this instance names itself.
 
-use std::time::Duration;
-
 use serde::Deserialize;
 
 use crate::sink::DeliveryConfig;
@@ -65,11 +63,6 @@ impl HaConfig {
             }
             name => name.to_string(),
         }
-    }
-
-    /// The session timeout.
-    pub fn session_timeout(&self) -> Duration {
-        Duration::from_millis(self.session_timeout_ms)
     }
 
     /// What is wrong with these settings, if anything.

@@ -87,11 +87,6 @@ impl RowFilter {
         self.time_column.as_deref()
     }
 
-    /// True when every row passes.
-    pub fn is_everything(&self) -> bool {
-        self.conditions.is_empty()
-    }
-
     /// ` WHERE …` (or nothing) and its parameters.
     pub(crate) fn sql(&self) -> (String, Vec<mysql_async::Value>) {
         if self.conditions.is_empty() {
