@@ -9,8 +9,6 @@ use futures::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
 
-use super::BinlogReader;
-use crate::pattern::Pattern;
 use crate::source::archive::{ArchiveEvents, BinlogItem};
 use crate::source::server::Flavor;
 use crate::source::{BinlogFile, GtidState, Position, SourceError};
@@ -91,19 +89,27 @@ impl EventSource {
     }
 }
 
-impl BinlogReader {
+/// An event source just opened, with what the reader needs to know of it.
+pub(super) struct Opened {
+    pub(super) events: EventSource,
+    /// The server's events carry checksums.
+    pub(super) checksums_on: bool,
+    /// Requested by GTID state rather than file and offset.
+    pub(super) by_gtid: bool,
+}
+
+impl EventSource {
     /// Registers as a replica with `server_id` and requests the binlog from `start`: by
     /// its GTID state when `by_gtid` (MariaDB connect state or MySQL GTID set), else by
     /// file and offset.
-    pub async fn start(
+    pub(super) async fn server(
         mut conn: Conn,
         flavor: Flavor,
         server_id: u32,
-        start: Position,
+        start: &Position,
         by_gtid: bool,
-        watched: &[Pattern],
         heartbeat: Duration,
-    ) -> Result<Self, SourceError> {
+    ) -> Result<Opened, SourceError> {
         let checksums_on = prepare(&mut conn, flavor, heartbeat).await?;
         let by_gtid = by_gtid && !start.gtid.is_empty();
         let request = match (&start.gtid, by_gtid) {
@@ -130,43 +136,39 @@ impl BinlogReader {
         let stream = conn
             .get_binlog_stream(request)
             .await
-            .map_err(|e| SourceError::stream(&start, e))?;
-        Ok(Self::reading(
-            EventSource::Server(stream),
-            start,
-            watched,
-            heartbeat,
-            by_gtid,
+            .map_err(|e| SourceError::stream(start, e))?;
+        Ok(Opened {
+            events: EventSource::Server(stream),
             checksums_on,
-        ))
+            by_gtid,
+        })
     }
 
-    /// Reads archived `events` from `start` and stops at their end (no server after
-    /// them): tests and the fuzz target.
-    pub(in crate::source) fn from_events(
-        events: ArchiveEvents,
-        start: Position,
-        watched: &[Pattern],
-    ) -> Self {
-        let events = Box::new(events);
-        let source = EventSource::Archive { events, then: None };
-        Self::reading(source, start, watched, Duration::from_secs(1), false, false)
+    /// Archived `events` alone: their end is the end (tests and the fuzz target).
+    pub(super) fn archived(events: ArchiveEvents) -> Opened {
+        Opened {
+            events: EventSource::Archive {
+                events: Box::new(events),
+                then: None,
+            },
+            checksums_on: false,
+            by_gtid: false,
+        }
     }
 
-    /// Reads `files` (archived, see `source::archive`) from `start`, then streams from
-    /// the server at the start of `server_from`, the oldest file it holds, by file
-    /// position, as a replica with `server_id`.
+    /// `files` (archived, see `source::archive`) from `start`, then the server's stream
+    /// from the start of `server_from`, the oldest file it holds, by file position, as
+    /// a replica with `server_id`.
     #[allow(clippy::too_many_arguments)]
-    pub async fn from_archive(
+    pub(super) async fn archive_then_server(
         mut conn: Conn,
         flavor: Flavor,
         server_id: u32,
-        start: Position,
+        start: &Position,
         files: Vec<(BinlogFile, PathBuf)>,
         server_from: BinlogFile,
-        watched: &[Pattern],
         heartbeat: Duration,
-    ) -> Result<Self, SourceError> {
+    ) -> Result<Opened, SourceError> {
         let checksums_on = prepare(&mut conn, flavor, heartbeat).await?;
         let events = Box::new(
             ArchiveEvents::new(files, start.clone(), true).followed_by(server_from.clone()),
@@ -178,14 +180,11 @@ impl BinlogReader {
             flavor,
             heartbeat,
         });
-        Ok(Self::reading(
-            EventSource::Archive { events, then },
-            start,
-            watched,
-            heartbeat,
-            false,
+        Ok(Opened {
+            events: EventSource::Archive { events, then },
             checksums_on,
-        ))
+            by_gtid: false,
+        })
     }
 }
 

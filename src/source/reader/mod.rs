@@ -12,17 +12,20 @@ mod recorded;
 mod tables;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use mysql_async::binlog::events::{Event, EventData, TransactionPayloadEvent};
 use mysql_async::binlog::EventType;
+use mysql_async::Conn;
 
-use super::archive::BinlogItem;
+use super::archive::{ArchiveEvents, BinlogItem};
 use super::boundary::{Boundaries, Event as Boundary, Step};
 use super::mariadb;
+use super::server::Flavor;
 use super::{BinlogFile, GtidState, Position, RowChange, SourceError, Transaction};
 use crate::pattern::Pattern;
-use events::EventSource;
+use events::{EventSource, Opened};
 use group::{GroupSize, PreparedXa};
 use tables::MappedTable;
 
@@ -78,15 +81,68 @@ const MAX_TABLE_IDS: usize = 4096;
 const PART_BYTES: u64 = 4 << 20;
 
 impl BinlogReader {
-    /// A reader of `stream` from `start` (see `start`).
-    fn reading(
-        stream: EventSource,
+    /// Registers as a replica with `server_id` and requests the binlog from `start`: by
+    /// its GTID state when `by_gtid` (MariaDB connect state or MySQL GTID set), else by
+    /// file and offset.
+    pub async fn start(
+        conn: Conn,
+        flavor: Flavor,
+        server_id: u32,
         start: Position,
+        by_gtid: bool,
         watched: &[Pattern],
         heartbeat: Duration,
-        by_gtid: bool,
-        checksums_on: bool,
+    ) -> Result<Self, SourceError> {
+        let opened =
+            EventSource::server(conn, flavor, server_id, &start, by_gtid, heartbeat).await?;
+        Ok(Self::reading(opened, start, watched, heartbeat))
+    }
+
+    /// Reads archived `events` from `start` and stops at their end (no server after
+    /// them): tests and the fuzz target.
+    pub(in crate::source) fn from_events(
+        events: ArchiveEvents,
+        start: Position,
+        watched: &[Pattern],
     ) -> Self {
+        let opened = EventSource::archived(events);
+        Self::reading(opened, start, watched, Duration::from_secs(1))
+    }
+
+    /// Reads `files` (archived, see `source::archive`) from `start`, then streams from
+    /// the server at the start of `server_from`, the oldest file it holds, by file
+    /// position, as a replica with `server_id`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn from_archive(
+        conn: Conn,
+        flavor: Flavor,
+        server_id: u32,
+        start: Position,
+        files: Vec<(BinlogFile, PathBuf)>,
+        server_from: BinlogFile,
+        watched: &[Pattern],
+        heartbeat: Duration,
+    ) -> Result<Self, SourceError> {
+        let opened = EventSource::archive_then_server(
+            conn,
+            flavor,
+            server_id,
+            &start,
+            files,
+            server_from,
+            heartbeat,
+        )
+        .await?;
+        Ok(Self::reading(opened, start, watched, heartbeat))
+    }
+
+    /// A reader of the opened source from `start`.
+    fn reading(opened: Opened, start: Position, watched: &[Pattern], heartbeat: Duration) -> Self {
+        let Opened {
+            events: stream,
+            checksums_on,
+            by_gtid,
+        } = opened;
         Self {
             stream,
             group_start: start.clone(),
