@@ -314,62 +314,19 @@ fn folders(graph: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> BTreeSet<ModPath> {
         .collect()
 }
 
-/// Circles known and being taken apart (issue #35), each as `folder: room ⇄ room`: one
-/// type's methods spread over several files that import it back. A circle not listed
-/// fails the test, and so does a listed one that is gone (take it off the list).
-const KNOWN: &[&str] = &[
-    "src/source/reader: group ⇄ mod.rs",
-    "src/source/reader: mod.rs ⇄ tables",
-];
-
 #[test]
 fn no_circle_of_imports_at_any_level() {
     let graph = file_graph();
     assert!(graph.len() > 100, "found only {} files", graph.len());
     let folders = folders(&graph);
     assert!(folders.len() > 12, "found only {folders:?}");
-    let mut found = BTreeSet::new();
-    let mut pairs = BTreeSet::new();
+    let mut found = Vec::new();
     for folder in &folders {
-        let rooms = level(&graph, folder);
-        for circle in circles(&rooms) {
-            found.insert(format!("in src/{}: {circle}", folder.join("/")));
-        }
-        for (a, targets) in &rooms {
-            for b in targets.iter().filter(|b| a < *b) {
-                if rooms.get(b).is_some_and(|back| back.contains(a)) {
-                    pairs.insert(format!("src/{}: {a} ⇄ {b}", folder.join("/")));
-                }
-            }
+        for circle in circles(&level(&graph, folder)) {
+            found.push(format!("in src/{}: {circle}", folder.join("/")));
         }
     }
-    let known: BTreeSet<String> = KNOWN.iter().map(|k| k.to_string()).collect();
-    let new: Vec<&String> = found
-        .iter()
-        .filter(|c| {
-            !known.iter().any(|k| {
-                let (folder, pair) = k.split_once(": ").unwrap();
-                let (a, b) = pair.split_once(" ⇄ ").unwrap();
-                c.starts_with(&format!("in {folder}: "))
-                    && c.contains(a)
-                    && c.contains(b)
-                    && c.matches(" → ").count() == 2
-            })
-        })
-        .collect();
-    assert!(
-        new.is_empty(),
-        "import circles:\n{}",
-        new.iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    let gone: Vec<&String> = known.difference(&pairs).collect();
-    assert!(
-        gone.is_empty(),
-        "no longer circles, take them off KNOWN: {gone:?}"
-    );
+    assert!(found.is_empty(), "import circles:\n{}", found.join("\n"));
 }
 
 #[test]

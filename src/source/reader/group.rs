@@ -2,10 +2,16 @@
 //! far, XA branches held until they resolve, parts of large groups streamed early, and
 //! the transaction (with its checkpoint) a group's end hands on.
 
-use super::{BinlogReader, MAX_TABLE_IDS, PART_BYTES, PART_ROWS};
 use crate::pattern::Pattern;
 use crate::source::boundary::{statement_tables, Step, Xid};
 use crate::source::{Position, RowChange, RowOp, SourceError, Transaction};
+
+/// Rows in a transaction before a part of it is streamed: a transaction of any size then
+/// holds at most this much in the reader, and the pipeline's in-flight window (records
+/// and bytes) holds inside it too.
+const PART_ROWS: usize = 2_000;
+/// Row-event bytes before a part is streamed.
+const PART_BYTES: u64 = 4 << 20;
 
 /// A prepared XA branch waiting for its `XA COMMIT` / `XA ROLLBACK`.
 pub(super) struct PreparedXa {
@@ -33,7 +39,65 @@ pub(super) struct GroupSize {
     streamed_inserts: bool,
 }
 
-impl BinlogReader {
+/// The group being read and what outlives it: prepared XA branches, the limits on what
+/// may be held, and how far an earlier run delivered.
+pub(super) struct Group {
+    /// Row changes of watched tables read in the group (not yet streamed).
+    pub(super) changes: Vec<RowChange>,
+    /// How much of it has been read.
+    pub(super) size: GroupSize,
+    /// The position before the group (its GTID not yet applied).
+    pub(super) start: Position,
+    /// Prepared XA branches not yet resolved, oldest first.
+    prepared: Vec<PreparedXa>,
+    /// Outbox row bytes of the prepared branches held now.
+    xa_held_bytes: u64,
+    /// `source.max_transaction_bytes`.
+    pub(super) max_transaction_bytes: Option<u64>,
+    /// `source.max_xa_held_bytes`: outbox row bytes of prepared XA branches held until
+    /// their `XA COMMIT`, all branches together.
+    pub(super) max_xa_held_bytes: u64,
+    /// Nothing ending at or before it is published (a checkpoint's `delivered_through`).
+    pub(super) delivered_through: Option<Position>,
+}
+
+impl Group {
+    /// No group yet, at `start`.
+    pub(super) fn new(start: Position) -> Self {
+        Self {
+            changes: Vec::new(),
+            size: GroupSize::default(),
+            start,
+            prepared: Vec::new(),
+            xa_held_bytes: 0,
+            max_transaction_bytes: None,
+            max_xa_held_bytes: u64::MAX,
+            delivered_through: None,
+        }
+    }
+
+    /// Counts a rows event of `bytes` against the limits, before its rows are decoded.
+    pub(super) fn admit(&mut self, bytes: u64) -> Result<(), SourceError> {
+        self.size.bytes += bytes;
+        self.size.pending_bytes += bytes;
+        if let Some(limit) = self.max_transaction_bytes {
+            if self.size.bytes > limit {
+                return Err(SourceError::TransactionTooLarge {
+                    position: self.start.to_string(),
+                    limit,
+                });
+            }
+        }
+        if self.size.xa && self.xa_held_bytes + self.size.bytes > self.max_xa_held_bytes {
+            return Err(SourceError::XaTooLarge {
+                position: self.start.to_string(),
+                held: self.xa_held_bytes + self.size.bytes,
+                limit: self.max_xa_held_bytes,
+            });
+        }
+        Ok(())
+    }
+
     /// True while re-reading what a checkpoint says was delivered.
     pub(super) fn already_delivered(&self, position: &Position) -> bool {
         self.delivered_through
@@ -45,22 +109,24 @@ impl BinlogReader {
     pub(super) fn apply(
         &mut self,
         step: Step,
+        at: &mut Position,
         event_end: u64,
         timestamp_secs: u32,
     ) -> Result<Option<Transaction>, SourceError> {
-        let position = || format!("{}:{}", self.at.file, event_end);
+        let file = at.file.clone();
+        let position = || format!("{file}:{event_end}");
         match step {
             Step::Continue | Step::StatementDml => return Ok(None),
             Step::Begin => {
                 self.changes.clear();
-                self.group = GroupSize::default();
-                self.group_start = self.at.clone();
+                self.size = GroupSize::default();
+                self.start = at.clone();
                 return Ok(None);
             }
             Step::Commit => {}
             Step::Rollback => {
                 let inserted = self.changes.iter().find(|c| c.op == RowOp::Insert);
-                if inserted.is_some() || self.group.streamed_inserts {
+                if inserted.is_some() || self.size.streamed_inserts {
                     return Err(SourceError::RolledBack {
                         table: inserted.map_or_else(|| "(streamed part)".into(), |r| r.table.to_string()),
                         position: position(),
@@ -70,19 +136,19 @@ impl BinlogReader {
             }
             // Parts of a group go out before its end only when it is not an XA branch;
             // had one gone out, its rows would be public before the branch commits.
-            Step::XaPrepared(_) if self.group.streamed => {
+            Step::XaPrepared(_) if self.size.streamed => {
                 return Err(SourceError::Unaccountable {
                     position: position(),
                     reason: "an XA branch whose rows were streamed before its prepare (its group did not say it was XA)".into(),
                 })
             }
             Step::XaPrepared(xid) => {
-                self.xa_held_bytes += self.group.bytes;
+                self.xa_held_bytes += self.size.bytes;
                 self.prepared.push(PreparedXa {
                     xid,
-                    bytes: self.group.bytes,
+                    bytes: self.size.bytes,
                     changes: std::mem::take(&mut self.changes),
-                    resume: self.group_start.clone(),
+                    resume: self.start.clone(),
                 });
             }
             Step::XaCommitted(ref xid) | Step::XaRolledBack(ref xid) => {
@@ -105,7 +171,7 @@ impl BinlogReader {
                     // Unless the checkpoint says delivery got past this commit: a resume
                     // held before a later branch's PREPARE re-reads commits of earlier
                     // branches it published the first time.
-                    None if commit && !self.already_delivered(&self.at.at_offset(event_end)) => {
+                    None if commit && !self.already_delivered(&at.at_offset(event_end)) => {
                         return Err(SourceError::XaNotSeen {
                             xid: xid.to_string(),
                             position: position(),
@@ -123,42 +189,25 @@ impl BinlogReader {
                 })
             }
         }
-        Ok(Some(self.commit(event_end, timestamp_secs)))
-    }
-
-    /// A data change in the binlog as text: its rows are not there to publish, and no
-    /// statement text can prove it left the outbox alone (a trigger, stored function,
-    /// view or foreign-key cascade writes tables the statement does not name).
-    pub(super) fn statement_logged(&self, sql: &[u8], schema: &str, event_end: u64) -> SourceError {
-        let text = String::from_utf8_lossy(sql);
-        SourceError::StatementLogged {
-            names: outbox_named(sql, schema, &self.watched),
-            position: format!("{}:{}", self.at.file, event_end),
-            statement: text.chars().take(200).collect(),
-        }
+        Ok(Some(self.commit(at, event_end, timestamp_secs)))
     }
 
     /// Ends a group at `end`. The transaction's checkpoint is `end`, unless a prepared
     /// XA branch is unresolved: then the position before the oldest such branch.
-    pub(super) fn commit(&mut self, end: u64, timestamp_secs: u32) -> Transaction {
-        self.payload_end = None;
-        // Every group maps its own tables before its rows, so between groups the map
-        // can be dropped: many tenant tables and table-cache churn would grow it forever.
-        if self.table_ids.len() > MAX_TABLE_IDS {
-            tracing::debug!(
-                entries = self.table_ids.len(),
-                "table-id map past its bound: dropped (the next transactions map their tables again)"
-            );
-            self.table_ids.clear();
-        }
-        self.at.offset = end;
+    pub(super) fn commit(
+        &mut self,
+        at: &mut Position,
+        end: u64,
+        timestamp_secs: u32,
+    ) -> Transaction {
+        at.offset = end;
         let (checkpoint, delivered_through) = match self.prepared.first() {
-            Some(oldest) => (oldest.resume.clone(), Some(self.at.clone())),
-            None => (self.at.clone(), None),
+            Some(oldest) => (oldest.resume.clone(), Some(at.clone())),
+            None => (at.clone(), None),
         };
-        self.group = GroupSize::default();
+        self.size = GroupSize::default();
         let mut changes = std::mem::take(&mut self.changes);
-        if self.already_delivered(&self.at) {
+        if self.already_delivered(at) {
             // Re-read only for the prepared branches before it: delivered before.
             changes.clear();
         }
@@ -171,30 +220,48 @@ impl BinlogReader {
         }
     }
 
-    /// A part of a large group, once enough of it is read (never of an XA branch).
-    pub(super) fn part(&mut self, timestamp_secs: u32) -> Option<Transaction> {
-        let big = self.changes.len() >= PART_ROWS || self.group.pending_bytes >= PART_BYTES;
+    /// A part of a large group, once enough of it is read (never of an XA branch);
+    /// `in_group` while the group is open.
+    pub(super) fn part(&mut self, in_group: bool, timestamp_secs: u32) -> Option<Transaction> {
+        let big = self.changes.len() >= PART_ROWS || self.size.pending_bytes >= PART_BYTES;
         // With a ceiling set, a transaction is held whole up to it (then refused), so
         // nothing of a refused one goes out.
         let held_whole = self.max_transaction_bytes.is_some();
-        if !big || held_whole || self.group.xa || !self.boundaries.in_group() {
+        if !big || held_whole || self.size.xa || !in_group {
             return None;
         }
-        self.group.pending_bytes = 0;
-        if self.already_delivered(&self.group_start) {
+        self.size.pending_bytes = 0;
+        if self.already_delivered(&self.start) {
             // A group that starts before the delivered point ends at or before it.
             self.changes.clear();
             return None;
         }
-        self.group.streamed = true;
-        self.group.streamed_inserts |= self.changes.iter().any(|c| c.op == RowOp::Insert);
+        self.size.streamed = true;
+        self.size.streamed_inserts |= self.changes.iter().any(|c| c.op == RowOp::Insert);
         Some(Transaction {
-            end: self.group_start.clone(),
+            end: self.start.clone(),
             delivered_through: None,
             commit_time_ms: i64::from(timestamp_secs) * 1000,
             changes: std::mem::take(&mut self.changes),
             complete: false,
         })
+    }
+}
+
+/// A data change in the binlog as text, at `position`: its rows are not there to
+/// publish, and no statement text can prove it left the outbox alone (a trigger, stored
+/// function, view or foreign-key cascade writes tables the statement does not name).
+pub(super) fn statement_logged(
+    sql: &[u8],
+    schema: &str,
+    watched: &[Pattern],
+    position: String,
+) -> SourceError {
+    let text = String::from_utf8_lossy(sql);
+    SourceError::StatementLogged {
+        names: outbox_named(sql, schema, watched),
+        position,
+        statement: text.chars().take(200).collect(),
     }
 }
 

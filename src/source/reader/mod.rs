@@ -11,7 +11,6 @@ mod group;
 mod recorded;
 mod tables;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -23,21 +22,19 @@ use super::archive::{ArchiveEvents, BinlogItem};
 use super::boundary::{Boundaries, Event as Boundary, Step};
 use super::mariadb;
 use super::server::Flavor;
-use super::{BinlogFile, GtidState, Position, RowChange, SourceError, Transaction};
+use super::{BinlogFile, GtidState, Position, SourceError, Transaction};
 use crate::pattern::Pattern;
 use events::{EventSource, Opened};
-use group::{GroupSize, PreparedXa};
-use tables::MappedTable;
+use group::Group;
+use tables::{Mapped, TableMaps};
 
 /// Reads committed transactions from a binlog stream.
 pub struct BinlogReader {
     stream: EventSource,
     /// Position of the last event read; `offset` only moves at transaction ends.
     at: Position,
-    /// Outbox table names or patterns (`tenant_*.outbox`).
-    watched: Vec<Pattern>,
-    /// Table id → the last TABLE_MAP for it, and the layout when the table is watched.
-    table_ids: HashMap<u64, MappedTable>,
+    /// Table ids and the watched tables' layouts.
+    tables: TableMaps,
     read_timeout: Duration,
     /// Joined by GTID state rather than file and offset.
     by_gtid: bool,
@@ -50,35 +47,12 @@ pub struct BinlogReader {
     checksums_on: bool,
     /// Where groups begin and end.
     boundaries: Boundaries,
-    /// The position before the current group (its GTID not yet applied).
-    group_start: Position,
-    /// Prepared XA branches not yet resolved, oldest first.
-    prepared: Vec<PreparedXa>,
     /// End offset of the current MySQL 8 compressed transaction payload, whose inner
     /// events carry log_pos 0.
     payload_end: Option<u64>,
-    changes: Vec<RowChange>,
-    /// The current group, for streaming it in parts.
-    group: GroupSize,
-    /// `source.max_transaction_bytes`.
-    max_transaction_bytes: Option<u64>,
-    /// `source.max_xa_held_bytes`: outbox row bytes of prepared XA branches held until
-    /// their `XA COMMIT`, all branches together.
-    max_xa_held_bytes: u64,
-    /// Outbox row bytes of the prepared branches held now.
-    xa_held_bytes: u64,
-    /// Nothing ending at or before it is published (see `with_delivered_through`).
-    delivered_through: Option<Position>,
+    /// The group being read, prepared XA branches, limits.
+    group: Group,
 }
-
-/// Rows in a transaction before a part of it is streamed: a transaction of any size then
-/// holds at most this much in the reader, and the pipeline's in-flight window (records
-/// and bytes) holds inside it too.
-const PART_ROWS: usize = 2_000;
-/// Table ids remembered between transactions before the map is dropped.
-const MAX_TABLE_IDS: usize = 4096;
-/// Row-event bytes before a part is streamed.
-const PART_BYTES: u64 = 4 << 20;
 
 impl BinlogReader {
     /// Registers as a replica with `server_id` and requests the binlog from `start`: by
@@ -145,10 +119,9 @@ impl BinlogReader {
         } = opened;
         Self {
             stream,
-            group_start: start.clone(),
+            group: Group::new(start.clone()),
             at: start,
-            watched: watched.to_vec(),
-            table_ids: HashMap::new(),
+            tables: TableMaps::new(watched),
             read_timeout: heartbeat
                 .saturating_mul(3)
                 .saturating_add(Duration::from_secs(1)),
@@ -157,14 +130,7 @@ impl BinlogReader {
             seen_format_description: false,
             checksums_on,
             boundaries: Boundaries::default(),
-            prepared: Vec::new(),
             payload_end: None,
-            changes: Vec::new(),
-            group: GroupSize::default(),
-            max_transaction_bytes: None,
-            max_xa_held_bytes: u64::MAX,
-            xa_held_bytes: 0,
-            delivered_through: None,
         }
     }
 
@@ -172,21 +138,21 @@ impl BinlogReader {
     /// `delivered_through`: the resume position was held before a prepared XA branch,
     /// and what follows it up to here was delivered); XA branches are still collected.
     pub fn with_delivered_through(mut self, through: Option<Position>) -> Self {
-        self.delivered_through = through;
+        self.group.delivered_through = through;
         self
     }
 
     /// Stops at a transaction with more outbox row bytes than `limit`, holding each one
     /// whole up to it (unset: transactions stream in parts).
     pub fn with_max_transaction_bytes(mut self, limit: Option<u64>) -> Self {
-        self.max_transaction_bytes = limit;
+        self.group.max_transaction_bytes = limit;
         self
     }
 
     /// Stops when prepared XA branches (with the one being read) hold more outbox row
     /// bytes than `limit`: their rows are held until `XA COMMIT`, never streamed.
     pub fn with_max_xa_held_bytes(mut self, limit: u64) -> Self {
-        self.max_xa_held_bytes = limit;
+        self.group.max_xa_held_bytes = limit;
         self
     }
 
@@ -233,7 +199,7 @@ impl BinlogReader {
     /// An archived file begins: files end between transactions, so the position moves
     /// to its start as at a rotation (a file that ended with STOP named no successor).
     fn new_file(&mut self, file: BinlogFile) -> Result<(), SourceError> {
-        if self.boundaries.in_group() || !self.changes.is_empty() {
+        if self.boundaries.in_group() || !self.group.changes.is_empty() {
             return Err(SourceError::Unaccountable {
                 position: self.at.to_string(),
                 reason: format!(
@@ -261,7 +227,7 @@ impl BinlogReader {
         // Rows of a table that is not watched are never decoded, so its compressed rows
         // events need not be inflated either: zlib work for rows thrown away.
         if let Some(id) = mariadb::compressed_rows_table_id(&event) {
-            if self.unwatched(id) {
+            if matches!(self.tables.get(id), Mapped::Unwatched) {
                 return Ok(self.part(event.header().timestamp()));
             }
         }
@@ -289,7 +255,7 @@ impl BinlogReader {
                     standalone: gtid.standalone,
                 });
                 self.apply(step, event_end, header.timestamp())?;
-                self.group.xa = gtid.prepared_xa;
+                self.group.size.xa = gtid.prepared_xa;
                 self.at.gtid.apply_mariadb(gtid.gtid);
                 return Ok(None);
             }
@@ -303,7 +269,7 @@ impl BinlogReader {
                 }
                 // Joined by GTID at the start of this file: nothing in it precedes our
                 // place, so a quiet router's checkpoint may move here (off the old file).
-                if at_file_start && !self.boundaries.in_group() && self.changes.is_empty() {
+                if at_file_start && !self.boundaries.in_group() && self.group.changes.is_empty() {
                     return Ok(Some(self.commit(event_end, header.timestamp())));
                 }
                 return Ok(None);
@@ -328,7 +294,7 @@ impl BinlogReader {
             EventType::ROTATE_EVENT
                 if self.rotate(&event, header.log_pos())?
                     && !self.boundaries.in_group()
-                    && self.changes.is_empty() =>
+                    && self.group.changes.is_empty() =>
             {
                 return Ok(Some(self.commit(self.at.offset, header.timestamp())));
             }
@@ -362,7 +328,14 @@ impl BinlogReader {
                 })?;
                 self.payload_end = Some(event_end);
             }
-            EventType::TABLE_MAP_EVENT => self.table_map(&event, event_end)?,
+            EventType::TABLE_MAP_EVENT => {
+                let Some(EventData::TableMapEvent(tme)) = self.read(&event, event_end)? else {
+                    return Err(self.decode_error(event_end, "TABLE_MAP event did not decode"));
+                };
+                let file = &self.at.file;
+                self.tables
+                    .map(&tme, event.data(), || format!("{file}:{event_end}"))?;
+            }
             EventType::WRITE_ROWS_EVENT
             | EventType::WRITE_ROWS_EVENT_V1
             | EventType::UPDATE_ROWS_EVENT
@@ -391,7 +364,7 @@ impl BinlogReader {
                 }
                 let done = self.apply(step, event_end, header.timestamp());
                 // MySQL opens an XA branch's group with `XA START` (MariaDB flags its GTID).
-                self.group.xa |= xa_start;
+                self.group.size.xa |= xa_start;
                 return done;
             }
             // LOAD DATA logged as a statement: the file travels in blocks, then the
@@ -431,6 +404,69 @@ impl BinlogReader {
             _ => {}
         }
         Ok(None)
+    }
+
+    /// What the boundary logic made of an event, done to the group.
+    fn apply(
+        &mut self,
+        step: Step,
+        event_end: u64,
+        timestamp_secs: u32,
+    ) -> Result<Option<Transaction>, SourceError> {
+        let done = self
+            .group
+            .apply(step, &mut self.at, event_end, timestamp_secs)?;
+        if done.is_some() {
+            self.between_groups();
+        }
+        Ok(done)
+    }
+
+    /// Ends the group at `end` (see `Group::commit`).
+    fn commit(&mut self, end: u64, timestamp_secs: u32) -> Transaction {
+        let done = self.group.commit(&mut self.at, end, timestamp_secs);
+        self.between_groups();
+        done
+    }
+
+    fn between_groups(&mut self) {
+        self.payload_end = None;
+        self.tables.bound();
+    }
+
+    /// A part of a large group, once enough of it is read.
+    fn part(&mut self, timestamp_secs: u32) -> Option<Transaction> {
+        self.group.part(self.boundaries.in_group(), timestamp_secs)
+    }
+
+    fn statement_logged(&self, sql: &[u8], schema: &str, event_end: u64) -> SourceError {
+        let position = format!("{}:{}", self.at.file, event_end);
+        group::statement_logged(sql, schema, self.tables.watched(), position)
+    }
+
+    /// A rows event: its rows as row changes of the group, when its table is watched.
+    fn rows(&mut self, event: &Event, event_end: u64) -> Result<(), SourceError> {
+        let Some(EventData::RowsEvent(rows)) = self.read(event, event_end)? else {
+            return Err(self.decode_error(event_end, "rows event did not decode"));
+        };
+        let layout = match self.tables.get(rows.table_id()) {
+            Mapped::Watched(layout) => layout,
+            Mapped::Unwatched => return Ok(()),
+            Mapped::Unknown => {
+                return Err(self.decode_error(
+                    event_end,
+                    format!(
+                        "rows event for table id {} without a preceding TABLE_MAP",
+                        rows.table_id()
+                    ),
+                ))
+            }
+        };
+        let file = &self.at.file;
+        let position = || format!("{file}:{event_end}");
+        tables::check_full_image(&layout, &rows, position)?;
+        self.group.admit(event.data().len() as u64)?;
+        tables::push_changes(&layout, &rows, event_end, position, &mut self.group.changes)
     }
 
     fn read<'e>(
