@@ -69,6 +69,7 @@ pub(crate) async fn republish(
 ) -> Result<u64, PipelineError> {
     let metrics = Metrics::default();
     let (mapper, router) = super::read::stages(config).await?;
+    let router = router.with_header(rows.header.clone());
     let policy = InvalidPolicy::of(config);
     let order_by: Vec<String> = if !config.source.snapshot_order_by.is_empty() {
         config.source.snapshot_order_by.clone()
@@ -123,10 +124,7 @@ pub(crate) async fn republish(
             };
             let mut batch = super::read::map_and_route(&mapper, &router, &metrics, txn)?;
             policy.apply(&router, &metrics, &mut batch)?;
-            for record in &mut batch.records {
-                if let Some(header) = &rows.header {
-                    record.headers.push(header.clone());
-                }
+            for record in &batch.records {
                 inspect(record);
             }
             // Exactly-once mode: one Kafka transaction per chunk, without a marker (the

@@ -118,6 +118,8 @@ pub struct Router {
     topics: Arc<Mutex<HashMap<String, Arc<str>>>>,
     /// Put before every topic (`run --shadow`); empty otherwise.
     topic_prefix: String,
+    /// A header every record carries besides the event's (a replay's id).
+    extra_header: Option<(String, Vec<u8>)>,
 }
 
 /// Route values remembered with their topic; past this the regex runs for new ones.
@@ -137,7 +139,14 @@ impl Router {
                 true => cfg.shadow_prefix.clone(),
                 false => String::new(),
             },
+            extra_header: None,
         }
+    }
+
+    /// Adds `header` to every record (a replay's id, for `replay` and `recover`).
+    pub fn with_header(mut self, header: Option<(String, Vec<u8>)>) -> Self {
+        self.extra_header = header;
+        self
     }
 
     /// Encodes values as Avro with these schemas.
@@ -181,14 +190,14 @@ impl Router {
             "reason": bad.reason,
             "row": bad.row,
         });
-        let mut headers = vec![
-            ("reason".to_string(), bad.reason.clone().into_bytes()),
-            ("position".to_string(), bad.position.clone().into_bytes()),
-            ("table".to_string(), bad.table.to_string().into_bytes()),
-        ];
-        if bad.event_id.is_some() {
-            headers.insert(0, (self.event_id_header.clone(), event_id.0.clone()));
-        }
+        let headers = self.headers(
+            bad.event_id.as_ref(),
+            vec![
+                ("reason".to_string(), bad.reason.clone().into_bytes()),
+                ("position".to_string(), bad.position.clone().into_bytes()),
+                ("table".to_string(), bad.table.to_string().into_bytes()),
+            ],
+        );
         Record {
             topic: topic.into(),
             key: event_id.0.clone(),
@@ -256,9 +265,7 @@ impl Router {
                 return Ok(Err(InvalidEvent::of(&e, reason)));
             }
         }
-        let mut headers = Vec::with_capacity(1 + e.headers.len());
-        headers.push((self.event_id_header.clone(), e.id.0.clone()));
-        headers.extend(e.headers);
+        let headers = self.headers(Some(&e.id), e.headers);
         Ok(Ok(Record {
             topic,
             key: e.key,
@@ -272,6 +279,22 @@ impl Router {
                 id: e.id,
             },
         }))
+    }
+
+    /// A record's headers, all assembled here: the event id (`route.event_id_header`),
+    /// then the event's own (from outbox columns: Debezium's header placements, the
+    /// trace context as `traceparent` / `tracestate`; a dead letter's reason, position
+    /// and table), then the router's extra one (a replay's id).
+    fn headers(
+        &self,
+        id: Option<&EventId>,
+        event: Vec<(String, Vec<u8>)>,
+    ) -> Vec<(String, Vec<u8>)> {
+        let mut headers = Vec::with_capacity(2 + event.len());
+        headers.extend(id.map(|id| (self.event_id_header.clone(), id.0.clone())));
+        headers.extend(event);
+        headers.extend(self.extra_header.iter().cloned());
+        headers
     }
 
     /// The value is the payload as stored (no Avro, no envelope): it moves, not copies.
@@ -345,6 +368,36 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every record's headers come from one place: the id first, then the event's,
+    /// then the router's extra one; a dead letter's the same way.
+    #[test]
+    fn headers_are_assembled_in_one_order() {
+        let rules =
+            Arc::new(Rules::from_columns(&Default::default(), "t.${routedByValue}").unwrap());
+        let replay = ("replay".to_string(), b"r-1".to_vec());
+        let router =
+            Router::new(rules, &RouteConfig::default(), 1 << 20).with_header(Some(replay.clone()));
+        let id = EventId(b"e-1".to_vec());
+        let names = |h: &[(String, Vec<u8>)]| h.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+        let headers = router.headers(Some(&id), vec![("type".into(), b"Created".to_vec())]);
+        assert_eq!(names(&headers), ["id", "type", "replay"]);
+        let bad = InvalidEvent {
+            table: Arc::new(crate::position::TableName {
+                database: "shop".into(),
+                table: "outbox".into(),
+            }),
+            position: "mysql-bin.000001:4".into(),
+            event_id: Some(id),
+            reason: "bad".into(),
+            row: serde_json::Value::Null,
+        };
+        let dead = router.dead_letter("dlq", &bad, 0);
+        assert_eq!(
+            names(&dead.headers),
+            ["id", "reason", "position", "table", "replay"]
+        );
+    }
 
     #[test]
     fn checks_topic_names() {

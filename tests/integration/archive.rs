@@ -10,7 +10,6 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 
 use crate::util::*;
-use crate::{check_stream, write_stream, RestoreGlobal, TYPES};
 
 /// Copies the server's binlog files from `first` on into `dir`, as a backup with
 /// `mariadb-binlog --read-from-remote-server --raw` does.
@@ -311,4 +310,115 @@ async fn a_gtid_resume_names_the_purged_gtid_range_not_its_file() {
         "{log}"
     );
     assert!(!log.contains("is no longer on the server"), "{log}");
+}
+
+/// The router refuses to start when its binlog was purged (exit 3, names the position and
+/// the recovery command); `recover` re-publishes from the table; 0 events lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn purged_binlog_is_refused_and_recovered_from_the_table() {
+    let _settings = SERVER_SETTINGS.write().await;
+    let (mut conn, setup) = fresh("purged").await;
+    let db = setup.db.clone();
+    let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
+
+    // One event per transaction so each row has its own created_at (recovery order).
+    write_stream(db.clone(), 0, 100, 1, 10).await;
+    let mut router = setup.start_router();
+    assert_eq!(
+        wait_for_count(&topics, 100, Duration::from_secs(60)),
+        100,
+        "{}",
+        router.log()
+    );
+    assert!(router.stop(Duration::from_secs(30)).success());
+    let checkpoint = setup.checkpoint().unwrap();
+
+    // Router down; events written; their binlog purged.
+    write_stream(db.clone(), 100, 200, 1, 10).await;
+    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    let (current, _) = binlog_position(&mut conn).await;
+    purge_to(&mut conn, &current).await;
+
+    let mut router = setup.start_router();
+    let status = router.wait(Duration::from_secs(60));
+    let log = router.log();
+    let status = status.unwrap_or_else(|| panic!("router must refuse a purged position:\n{log}"));
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "exit code for a purged binlog:\n{log}"
+    );
+    assert!(
+        log.contains(&format!("{}:{}", checkpoint.0, checkpoint.1)),
+        "needed position not named:\n{log}"
+    );
+    assert!(
+        log.contains(&format!("oldest binlog it has: {current}")),
+        "oldest file not named:\n{log}"
+    );
+    assert!(
+        log.contains("recover"),
+        "recovery command not named:\n{log}"
+    );
+    assert_eq!(
+        setup.checkpoint().unwrap(),
+        checkpoint,
+        "a refused start must not move the checkpoint"
+    );
+
+    // A dry run counts and changes nothing; a window with no rows is refused.
+    // Durations in human units, as everywhere (`--margin 10m` is the default 600 s).
+    let out = setup.cli(&[
+        "recover",
+        "--timestamp-column",
+        "created_at",
+        "--margin",
+        "10m",
+        "--dry-run",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("dry run: 300 event(s)"),
+        "{text}{out:?}"
+    );
+    assert_eq!(
+        setup.checkpoint().unwrap(),
+        checkpoint,
+        "the dry run moved the checkpoint"
+    );
+    let future = (std::time::SystemTime::now() + Duration::from_secs(86_400))
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .to_string();
+    let out = setup.cli(&["recover", "--since", &future]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--allow-empty"),
+        "{out:?}"
+    );
+    assert_eq!(
+        setup.checkpoint().unwrap(),
+        checkpoint,
+        "an empty recover moved the checkpoint"
+    );
+
+    let out = setup.cli(&["recover", "--timestamp-column", "created_at"]);
+    assert!(
+        out.status.success(),
+        "recover failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("re-published"));
+
+    let mut router = setup.start_router();
+    write_stream(db.clone(), 300, 50, 1, 10).await;
+    assert!(
+        wait_for_count(&topics, 350, Duration::from_secs(60)) >= 350,
+        "{}",
+        router.log()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(router.stop(Duration::from_secs(30)).success());
+    check_stream(&topics, 350);
 }

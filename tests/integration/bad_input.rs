@@ -351,3 +351,53 @@ fn completions_and_man_page_are_generated() {
         "{man}"
     );
 }
+
+/// An unroutable row stops the router with a message naming event id and position;
+/// events before it are delivered, the checkpoint stays before it.
+#[tokio::test(flavor = "multi_thread")]
+async fn unroutable_row_stops_with_position_and_event_id() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (mut conn, setup) = fresh("unroutable").await;
+    let db = setup.db.clone();
+    let good: Vec<Ev> = (0..5)
+        .map(|i| Ev::new(format!("g-{i}"), "Order", "a", "{}"))
+        .collect();
+    insert_txn(&mut conn, &db, &good).await;
+    let before_bad = binlog_position(&mut conn).await;
+    conn.query_drop(format!(
+        "INSERT INTO {db}.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('bad-1', NULL, 'a', 'X', '{{}}')"
+    ))
+    .await
+    .unwrap();
+    let after_bad = binlog_position(&mut conn).await;
+    insert_txn(&mut conn, &db, &[Ev::new("after-1", "Order", "a", "{}")]).await;
+
+    let mut router = setup.start_router();
+    let log = router.expect_failure("an unroutable row");
+    assert!(
+        log.contains("bad-1"),
+        "error does not name the event id:\n{log}"
+    );
+    assert!(
+        log.contains(&format!("{}.outbox", db)),
+        "error does not name the table:\n{log}"
+    );
+    assert!(
+        log.contains(&before_bad.0),
+        "error does not name the binlog file:\n{log}"
+    );
+    // Other tests commit in between, so the checkpoint may pass their transactions, but
+    // never the bad one.
+    let cp = setup.checkpoint().unwrap();
+    assert!(
+        cp.0 == before_bad.0 && cp.1 >= before_bad.1,
+        "checkpoint {cp:?} is before the good events' end {before_bad:?}"
+    );
+    assert!(
+        cp.0 == after_bad.0 && cp.1 < after_bad.1,
+        "checkpoint {cp:?} is past the bad transaction ending at {after_bad:?}"
+    );
+    let msgs = read_all(&[setup.topic("Order")]);
+    let ids: Vec<String> = msgs.iter().map(Msg::id).collect();
+    assert_eq!(ids, vec!["g-0", "g-1", "g-2", "g-3", "g-4"]);
+}

@@ -13,7 +13,6 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use tokio::sync::Mutex;
 
 use crate::util::*;
-use crate::{write_stream, TYPES};
 
 /// The cluster tests stop and start nodes: one at a time.
 static CLUSTER: Mutex<()> = Mutex::const_new(());

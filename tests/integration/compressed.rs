@@ -11,7 +11,6 @@ use mysql_async::Conn;
 
 use crate::binlog_shapes::sql;
 use crate::util::*;
-use crate::RestoreGlobal;
 
 /// Inserts `ids` as one transaction, each payload `size` bytes.
 async fn insert_sized(conn: &mut Conn, db: &str, ids: &[String], size: usize) {

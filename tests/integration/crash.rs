@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use crate::util::*;
-use crate::{check_stream, TYPES};
 
 /// Crash/restart cycles per point: 20 (the minimum), fewer where CI sets
 /// `IT_CRASH_CYCLES` to stay within its time.

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use crate::crash::write_mixed;
 use crate::util::*;
-use crate::{check_stream, TYPES};
 
 /// The largest transaction `write_mixed` writes: at most this many events go twice.
 const LARGEST_TRANSACTION: usize = 100;

@@ -11,7 +11,6 @@ use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 
 use crate::crash::{crash_cycles_in, write_mixed};
 use crate::util::*;
-use crate::{check_stream, TYPES};
 
 fn cycles() -> usize {
     std::env::var("IT_EOS_CYCLES")

@@ -7,7 +7,6 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
 use crate::util::*;
-use crate::{check_stream, write_stream, TYPES};
 
 fn replica_port() -> u16 {
     mariadb_port() + 1

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::util::*;
-use crate::{check_stream, SERVER_SETTINGS, TYPES};
 
 /// Rows in the large transaction: 20× the test router's `max_in_flight` (5,000).
 const ROWS: usize = 100_000;

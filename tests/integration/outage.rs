@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use crate::util::*;
-use crate::{check_stream, write_stream, TYPES};
 
 /// The broker is SIGKILLed twice mid-stream: 5 s down, then longer than
 /// message.timeout.ms. The router stalls, never skips, and resumes.

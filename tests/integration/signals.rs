@@ -6,7 +6,6 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use crate::metric;
 use crate::util::*;
 
 /// A private broker of this file's own (fresh_broker.rs uses 9292).

@@ -16,7 +16,6 @@ use mysql_async::Conn;
 
 use crate::binlog_shapes::{insert_sql, sql};
 use crate::util::*;
-use crate::{metric, RestoreGlobal};
 
 /// A business table whose AFTER INSERT trigger writes the outbox: the binlog of a
 /// statement-logged INSERT names only the business table.

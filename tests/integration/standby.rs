@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use crate::crash::write_mixed;
 use crate::util::*;
-use crate::{check_stream, SERVER_SETTINGS, TYPES};
 
 /// The lock group's session timeout: the broker's minimum (group.min.session.timeout.ms).
 const SESSION_MS: u64 = 6000;

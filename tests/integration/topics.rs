@@ -96,19 +96,19 @@ async fn initial_snapshot_then_stream_without_gap_or_overlap() {
     let _settings = SERVER_SETTINGS.read().await;
     let (_conn, mut setup) = fresh("snapshot").await;
     let db = setup.db.clone();
-    let topics: Vec<String> = crate::TYPES.iter().map(|t| setup.topic(t)).collect();
-    crate::write_stream(db.clone(), 0, 20, 50, 20).await;
+    let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
+    write_stream(db.clone(), 0, 20, 50, 20).await;
     // created_at orders statements; event ids order rows within one multi-row INSERT.
     setup.source_toml =
         "snapshot = \"initial\"\nsnapshot_order_by = [\"created_at\", \"event_id\"]\n".into();
     // Writes go on while the snapshot is taken.
-    let writer = tokio::spawn(crate::write_stream(db.clone(), 20, 20, 50, 20));
+    let writer = tokio::spawn(write_stream(db.clone(), 20, 20, 50, 20));
     let mut router = setup.start_router();
     writer.await.unwrap();
     let total = 40 * 50;
     let log = drain_and_stop(&mut router, &topics, total);
     assert!(log.contains("initial snapshot published"), "{log}");
-    let duplicates = crate::check_stream(&topics, total);
+    let duplicates = check_stream(&topics, total);
     assert_eq!(
         duplicates, 0,
         "a consistent snapshot neither misses nor repeats"

@@ -158,3 +158,22 @@ pub async fn purge_to(conn: &mut Conn, current: &str) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// Restores a global variable (value as an SQL literal) when dropped, even if the test fails.
+pub struct RestoreGlobal(pub &'static str, pub String);
+
+impl Drop for RestoreGlobal {
+    fn drop(&mut self) {
+        let (name, value) = (self.0, self.1.clone());
+        std::thread::spawn(move || {
+            tokio::runtime::Runtime::new().unwrap().block_on(async {
+                let mut conn = app_conn().await;
+                conn.query_drop(format!("SET GLOBAL {name} = {value}"))
+                    .await
+                    .unwrap();
+            })
+        })
+        .join()
+        .unwrap();
+    }
+}

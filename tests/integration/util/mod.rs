@@ -21,11 +21,13 @@ mod kafka;
 mod mariadb;
 mod proxy;
 mod router;
+mod stream;
 
 pub use kafka::*;
 pub use mariadb::*;
 pub use proxy::*;
 pub use router::*;
+pub use stream::*;
 
 /// Tests that change global server settings take this for writing; all others for reading.
 pub static SERVER_SETTINGS: RwLock<()> = RwLock::const_new(());
@@ -168,4 +170,13 @@ pub fn services(action: &str, service: &str) {
         status.success(),
         "scripts/services {action} {service} failed"
     );
+}
+
+/// A sample's value in a Prometheus text exposition (0 when absent).
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("metric {name} not found in:\n{text}"))
 }
