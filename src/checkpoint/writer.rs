@@ -50,7 +50,7 @@ impl CheckpointWriter {
     }
 
     /// Hands over a newer checkpoint; only the newest one waiting is written.
-    pub fn publish(&self, checkpoint: Checkpoint) {
+    pub fn hand_over(&self, checkpoint: Checkpoint) {
         self.tx.send_replace(Some(checkpoint));
     }
 

@@ -1,6 +1,7 @@
 //! Monitoring beside the flow: metrics every stage updates, the status verdict (lag,
 //! binlog bytes behind, retention runway), and the loopback HTTP endpoints.
 
+mod command_progress;
 mod config;
 mod http;
 mod metrics;
@@ -9,9 +10,9 @@ pub mod retention;
 mod role;
 mod run_lock;
 pub mod status;
-mod task_progress;
 mod watch;
 
+pub use command_progress::CommandProgress;
 pub use config::MonitorConfig;
 pub use http::serve;
 pub use metrics::{
@@ -21,5 +22,4 @@ pub use progress::Progress;
 pub use role::Role;
 pub use run_lock::{Holder, RunLock};
 pub use status::{RouterState, Status, Thresholds, Unobserved, Verdict};
-pub use task_progress::TaskProgress;
 pub use watch::watch;

@@ -52,12 +52,12 @@ impl RunLock {
             file,
             started_ms: now_ms(),
         };
-        lock.publish(RouterState::Starting)?;
+        lock.record(RouterState::Starting)?;
         Ok(lock)
     }
 
     /// Writes what the process is doing now.
-    pub fn publish(&mut self, state: RouterState) -> std::io::Result<()> {
+    pub fn record(&mut self, state: RouterState) -> std::io::Result<()> {
         let holder = Holder {
             pid: Some(std::process::id()),
             started_ms: Some(self.started_ms),
@@ -73,7 +73,7 @@ impl RunLock {
     pub async fn follow(mut self, mut states: watch::Receiver<RouterState>) {
         loop {
             let state = *states.borrow_and_update();
-            if let Err(e) = self.publish(state) {
+            if let Err(e) = self.record(state) {
                 tracing::debug!(error = %e, "could not write the run lock's state");
             }
             if states.changed().await.is_err() {
@@ -127,7 +127,7 @@ mod tests {
         assert_eq!(holder.state, RouterState::Starting);
         assert!(holder.started_ms.is_some());
         assert!(RunLock::take(&store).is_err(), "taken twice");
-        lock.publish(RouterState::Running).unwrap();
+        lock.record(RouterState::Running).unwrap();
         assert_eq!(
             RunLock::holder(&store).map(|h| h.state),
             Some(RouterState::Running)

@@ -23,7 +23,7 @@ use super::OpsError;
 use crate::checkpoint::CheckpointConfig;
 use crate::checkpoint::{Checkpoint, CheckpointStore};
 use crate::config::OpsConfig;
-use crate::monitor::TaskProgress;
+use crate::monitor::CommandProgress;
 use crate::outbox::OutboxConfig;
 use crate::position::{Position, TableName};
 use crate::source::SourceConfig;
@@ -133,7 +133,7 @@ pub async fn prune(
                 table: table.to_string(),
                 ..Default::default()
             },
-            progress: TaskProgress::new(
+            progress: CommandProgress::new(
                 if opts.dry_run {
                     "prune --dry-run: rows that would be deleted"
                 } else {
@@ -183,7 +183,7 @@ struct TablePruner<'a> {
     pk: &'a str,
     done: TablePruned,
     /// Rows deleted (or, in a dry run, that would be), as they go.
-    progress: TaskProgress,
+    progress: CommandProgress,
 }
 
 impl TablePruner<'_> {

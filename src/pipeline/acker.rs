@@ -30,7 +30,7 @@ pub(super) struct Acker<'a> {
     /// (with how far delivery got while a prepared XA branch holds the position back).
     acknowledged: Checkpoint,
     /// It moved since it was last handed to the writer.
-    unpublished: bool,
+    not_handed_over: bool,
     writer: CheckpointWriter,
     /// At-least-once, or exactly-once with its Kafka transaction.
     mode: Mode,
@@ -58,14 +58,14 @@ impl Window {
         self.bytes += bytes;
     }
 
-    fn remove(&mut self, done: &Completed) {
+    fn remove(&mut self, done: &Settled) {
         self.records -= done.records;
         self.bytes -= done.bytes;
     }
 }
 
 /// Deliveries in commit order.
-type InFlight = FuturesOrdered<futures::future::BoxFuture<'static, Completed>>;
+type InFlight = FuturesOrdered<futures::future::BoxFuture<'static, Settled>>;
 
 /// Exactly-once mode's Kafka transaction: when it opened and how much it holds.
 struct OpenTransaction {
@@ -166,8 +166,9 @@ impl OpenTransaction {
     }
 }
 
-/// A transaction whose delivery finished, one way or the other.
-struct Completed {
+/// A transaction whose delivery settled, one way or the other ("complete" means only
+/// that a batch ends its binlog transaction).
+struct Settled {
     /// Where its transaction ends: the checkpoint once it is acknowledged.
     end: Position,
     /// Delivered up to here though `end` is held before a prepared XA branch.
@@ -201,7 +202,7 @@ impl<'a> Acker<'a> {
                 set_by: None,
                 ..start.clone()
             },
-            unpublished: false,
+            not_handed_over: false,
             mode: match sink.is_transactional() {
                 true => Mode::ExactlyOnce(OpenTransaction::new(config)),
                 false => Mode::AtLeastOnce,
@@ -244,7 +245,7 @@ impl<'a> Acker<'a> {
                 biased;
                 Some(done) = in_flight.next(), if !in_flight.is_empty() => {
                     window.remove(&done);
-                    if let Err(e) = self.complete(done) {
+                    if let Err(e) = self.settle(done) {
                         failure = Some(e);
                         break;
                     }
@@ -264,7 +265,7 @@ impl<'a> Acker<'a> {
                 }
             }
             match &self.mode {
-                Mode::AtLeastOnce => self.publish(),
+                Mode::AtLeastOnce => self.hand_over_checkpoint(),
                 Mode::ExactlyOnce(t) if t.due(!rx.is_empty()) => {
                     if let Err(e) = self.commit(sink, &mut in_flight, &mut window).await {
                         failure = Some(e);
@@ -287,7 +288,7 @@ impl<'a> Acker<'a> {
             while let Some(done) = in_flight.next().await {
                 window.remove(&done);
                 if failure.is_none() {
-                    if let Err(e) = self.complete(done) {
+                    if let Err(e) = self.settle(done) {
                         failure = Some(e);
                     }
                 }
@@ -302,7 +303,7 @@ impl<'a> Acker<'a> {
             );
         }
         match &self.mode {
-            Mode::AtLeastOnce => self.publish(),
+            Mode::AtLeastOnce => self.hand_over_checkpoint(),
             // Everything delivered: the last transaction commits like any other — unless
             // it ends inside a large binlog transaction, whose parts must all commit
             // together.
@@ -362,7 +363,7 @@ impl<'a> Acker<'a> {
         count_routed(self.metrics, &records_topics);
         window.add(n, bytes);
         in_flight.push_back(Box::pin(async move {
-            Completed {
+            Settled {
                 end,
                 delivered_through,
                 commit_time_ms,
@@ -397,7 +398,7 @@ impl<'a> Acker<'a> {
         let started = Instant::now();
         while let Some(done) = in_flight.next().await {
             window.remove(&done);
-            if let Err(e) = self.complete(done) {
+            if let Err(e) = self.settle(done) {
                 sink.abort();
                 return Err(e);
             }
@@ -425,11 +426,11 @@ impl<'a> Acker<'a> {
         let acknowledged = txn.committed();
         self.metrics.kafka_transaction_committed();
         self.metrics.acked(acknowledged);
-        self.publish();
+        self.hand_over_checkpoint();
         Ok(())
     }
 
-    fn complete(&mut self, done: Completed) -> Result<(), PipelineError> {
+    fn settle(&mut self, done: Settled) -> Result<(), PipelineError> {
         let n = done.delivery?;
         self.metrics.progress().acknowledged();
         self.metrics
@@ -442,7 +443,7 @@ impl<'a> Acker<'a> {
         if done.complete {
             self.acknowledged.position = done.end;
             self.acknowledged.delivered_through = done.delivered_through;
-            self.unpublished = true;
+            self.not_handed_over = true;
             if done.commit_time_ms > 0 {
                 self.acknowledged.commit_time_ms = done.commit_time_ms;
             }
@@ -451,9 +452,9 @@ impl<'a> Acker<'a> {
         Ok(())
     }
 
-    fn publish(&mut self) {
-        if std::mem::take(&mut self.unpublished) {
-            self.writer.publish(self.stamped());
+    fn hand_over_checkpoint(&mut self) {
+        if std::mem::take(&mut self.not_handed_over) {
+            self.writer.hand_over(self.stamped());
         }
     }
 

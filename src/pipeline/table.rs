@@ -12,7 +12,7 @@ use futures::StreamExt;
 use super::{InvalidPolicy, PipelineError};
 use crate::checkpoint::now_ms;
 use crate::config::Config;
-use crate::monitor::{Metrics, TaskProgress};
+use crate::monitor::{CommandProgress, Metrics};
 use crate::position::Position;
 use crate::sink::Sink;
 use crate::source::{self, server, RowChange, RowOp, Transaction};
@@ -58,6 +58,17 @@ pub(crate) fn table_sink(config: &Config, dry_run: bool) -> Result<Sink, Pipelin
     )?))
 }
 
+/// The records the outbox tables' rows that `rows.filter` passes would become, each
+/// shown to `inspect`, nothing sent (`reconcile` compares them with the topics).
+pub(crate) async fn read_as_records(
+    config: &Config,
+    conn: &mut mysql_async::Conn,
+    rows: &TableRows<'_>,
+    inspect: impl FnMut(&crate::route::Record),
+) -> Result<u64, PipelineError> {
+    republish(config, conn, rows, &Sink::Null, inspect).await
+}
+
 /// Publishes the outbox tables' rows that `rows.filter` passes, with their original event
 /// ids, waiting for every acknowledgement; `inspect` sees each record before it is sent.
 pub(crate) async fn republish(
@@ -97,7 +108,7 @@ pub(crate) async fn republish(
         Sink::Null => "outbox rows read from the table",
         _ => "outbox rows published from the table",
     };
-    let mut progress = TaskProgress::new(task, Some(total));
+    let mut progress = CommandProgress::new(task, Some(total));
     let mut events = 0u64;
     for table in tables {
         let table = Arc::new(table);

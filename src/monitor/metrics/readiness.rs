@@ -50,7 +50,7 @@ impl Metrics {
             state.role.standby_check = Err("standby: not checked yet".into());
         }
         drop(state);
-        self.publish_router_state();
+        self.send_router_state();
     }
     /// This instance's part.
     pub fn role(&self) -> Role {

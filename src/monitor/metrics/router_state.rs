@@ -8,7 +8,7 @@ use crate::monitor::RouterState;
 
 impl Metrics {
     /// Derives the state from the role and the first observation, and publishes a change.
-    pub(super) fn publish_router_state(&self) {
+    pub(super) fn send_router_state(&self) {
         let now = {
             let state = self.0.state.lock().expect("metrics state");
             match (state.role.role, state.status.is_some()) {

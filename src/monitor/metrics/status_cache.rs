@@ -57,7 +57,7 @@ impl Metrics {
             i.m.checkpoint_age_seconds.set(age);
         }
         i.state.lock().expect("metrics state").status = Some(status.clone());
-        self.publish_router_state();
+        self.send_router_state();
     }
     /// The gauges that are left out while unknown (see `ABSENT_WHILE_UNKNOWN`): lag
     /// (seconds), binlog bytes behind, runway and retention (seconds).

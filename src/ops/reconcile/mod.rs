@@ -28,9 +28,8 @@ use window::{fingerprint, id_hash, Expected, IdHash, Window};
 
 use super::OpsError;
 use crate::config::Config;
-use crate::pipeline::table::{republish, TableRows};
+use crate::pipeline::table::{read_as_records, TableRows};
 use crate::route::Record;
-use crate::sink::Sink;
 use crate::source::snapshot::RowFilter;
 use crate::source::{self, server};
 
@@ -69,7 +68,7 @@ pub async fn reconcile(
     // Sized once: growing a map of a million entries holds the old and the new at once.
     window.events.reserve(row_time_ms.len());
     let rows = TableRows::new(filter.clone(), &snapshot);
-    let read = republish(config, &mut conn, &rows, &Sink::Null, |r: &Record| {
+    let read = read_as_records(config, &mut conn, &rows, |r: &Record| {
         let topic = window.topic_index(&r.topic);
         let id = id_hash(&r.event.id.0);
         window.events.insert(

@@ -11,9 +11,8 @@ use super::{ReconcileReport, LISTED_IDS};
 use crate::checkpoint::{Checkpoint, CheckpointStore};
 use crate::config::Config;
 use crate::ops::OpsError;
-use crate::pipeline::table::{republish, TableRows};
+use crate::pipeline::table::{read_as_records, TableRows};
 use crate::position::Position;
-use crate::sink::Sink;
 use crate::source::snapshot::RowFilter;
 use crate::source::{self, server};
 
@@ -104,7 +103,7 @@ pub(super) async fn name_ids(
 ) -> Result<(), OpsError> {
     let mut conn = source::connect(&config.source).await?;
     let rows = TableRows::new(filter.clone(), snapshot);
-    republish(config, &mut conn, &rows, &Sink::Null, |r| {
+    read_as_records(config, &mut conn, &rows, |r| {
         let list = match kinds.get(&id_hash(&r.event.id.0)) {
             Some(Kind::Missing) => &mut report.missing_ids,
             Some(Kind::Misrouted) => &mut report.misrouted_ids,

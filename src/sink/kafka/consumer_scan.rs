@@ -10,7 +10,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::monitor::TaskProgress;
+use crate::monitor::CommandProgress;
 use crate::sink::{KafkaConfig, SinkError};
 
 /// A partition that makes no progress this long stops the scan.
@@ -124,7 +124,7 @@ pub fn scan(
         .enumerate()
         .map(|(i, t)| (t.as_str(), i))
         .collect();
-    let mut report = TaskProgress::new(
+    let mut report = CommandProgress::new(
         "reconcile: records read from Kafka (of at most)",
         Some(total),
     );

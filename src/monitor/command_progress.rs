@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// One task's progress; dropped or `finish`ed when the task ends.
-pub struct TaskProgress {
+pub struct CommandProgress {
     task: &'static str,
     total: Option<u64>,
     done: u64,
@@ -19,7 +19,7 @@ pub struct TaskProgress {
     bar: Option<ProgressBar>,
 }
 
-impl TaskProgress {
+impl CommandProgress {
     /// Starts reporting `task` (e.g. "recover: rows published") of `total` units when known.
     pub fn new(task: &'static str, total: Option<u64>) -> Self {
         let every = std::env::var("OUTBOX_ROUTER_PROGRESS_SECS")
