@@ -8,9 +8,10 @@ use super::args::CheckpointAction;
 use outbox_router::checkpoint::{Checkpoint, CheckpointStore, OperatorCommand};
 use outbox_router::config::Config;
 use outbox_router::ops::import::offsets::DebeziumOffset;
-use outbox_router::pipeline::{refuse_move_past_prepared_xa, FirstStart};
+use outbox_router::pipeline::FirstStart;
 use outbox_router::position::Position;
 use outbox_router::source;
+use outbox_router::source::server::refuse_move_past_prepared_xa;
 
 /// Shows, sets, creates or removes the stored checkpoint.
 pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<ExitCode> {

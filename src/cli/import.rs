@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use outbox_router::checkpoint::{Checkpoint, CheckpointStore, OperatorCommand};
 use outbox_router::config::Config;
 use outbox_router::ops::import::offsets::{self, ConnectorKey, OffsetStore};
-use outbox_router::pipeline::{refuse_move_past_prepared_xa, resume_by_gtid};
+use outbox_router::source::server::{refuse_move_past_prepared_xa, resume_by_gtid};
 use outbox_router::source::{self, server};
 
 /// Prints the imported config; unmapped keys go to stderr.
@@ -61,7 +61,7 @@ pub(super) async fn offsets(
     refuse_move_past_prepared_xa(&mut conn, "import-debezium --offsets", ignore_prepared_xa)
         .await?;
     let flavor = server::flavor(&mut conn).await?;
-    let by_gtid = resume_by_gtid(config, &mut conn, flavor, &position)
+    let by_gtid = resume_by_gtid(&config.source, &mut conn, flavor, &position)
         .await
         .with_context(|| {
             format!(

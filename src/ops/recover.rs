@@ -69,8 +69,12 @@ pub async fn recover(
     };
     let mut conn = source::connect(&config.source).await?;
     // A prepared branch's rows are invisible to the SELECT and before the new position.
-    crate::pipeline::refuse_move_past_prepared_xa(&mut conn, "recover", opts.ignore_prepared_xa)
-        .await?;
+    crate::source::server::refuse_move_past_prepared_xa(
+        &mut conn,
+        "recover",
+        opts.ignore_prepared_xa,
+    )
+    .await?;
     let flavor = server::flavor(&mut conn).await?;
     // Read before selecting rows: every commit before it is visible to the select.
     let resume_at = server::current_position(&mut conn, flavor).await?;

@@ -29,11 +29,6 @@ pub enum PipelineError {
     OutboxTablesMissing { tables: Vec<String> },
     #[error("{} XA transaction(s) are prepared on the server (XA RECOVER: {}) and not yet committed: their rows are logged at PREPARE, before this first start's position, and would never be published when they commit; commit or roll them back first, or start earlier (source.start = \"FILE:OFFSET\" before their PREPARE)", xids.len(), xids.join(" "))]
     PreparedXa { xids: Vec<String> },
-    #[error("`{command}` would move the checkpoint past {} prepared XA branch(es) (XA RECOVER: {}): their rows were logged at their XA PREPARE, before the new position, and would never be published when they commit; commit or roll them back first, or repeat with --ignore-prepared-xa (the router then stops at each one's XA COMMIT, naming it)", xids.len(), xids.join(" "))]
-    PreparedXaBlocksMove {
-        command: &'static str,
-        xids: Vec<String>,
-    },
     #[error("no checkpoint store in {dir}, but the router named {name} (checkpoint.name) started before: {how} on {topic}. The volume holding the store was lost or emptied, and starting over at source.start would skip every event since its last checkpoint. Recover, then start again: `outbox-router recover --since TIME` re-publishes the outbox rows written since TIME (take it before the store was lost; repeats keep their event ids) and stores the position where it read; or `outbox-router checkpoint set FILE:OFFSET` with the last position the router logged")]
     StoreLost {
         dir: String,
@@ -59,8 +54,6 @@ pub enum PipelineError {
         transactional_id: String,
         how: String,
     },
-    #[error("source.resume_by = \"gtid\" but checkpoint {checkpoint} has no GTID state: use resume_by = \"auto\" or \"position\"")]
-    NoGtidToResumeBy { checkpoint: String },
     #[error("the checkpoint {checkpoint} is a position in the binlog of server_id {checkpoint_server}, and source points at server_id {server}: a file position only means something on the server that wrote it, and it cannot resume by GTID (source.resume_by, or the checkpoint has no GTID state covering this server's domains). Point source at server {checkpoint_server}; or, after a failover, `recover --since` (re-publishes the outbox rows since the old server's last commit) or `checkpoint set` a position on this server")]
     CheckpointOfOtherServer {
         checkpoint: String,

@@ -28,7 +28,6 @@ pub use error::PipelineError;
 pub use exactly_once_start::{record_first_start, FirstStart};
 pub use first_start::{init, Init};
 pub(crate) use read::InvalidPolicy;
-pub use start::{refuse_move_past_prepared_xa, resume_by_gtid};
 
 use crate::checkpoint::CheckpointStore;
 use crate::config::Config;
@@ -287,10 +286,12 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let by_gtid = match archived {
         // Archived files are read by file position, and the server after them too.
         Some(_) => false,
-        None => start::resume_by_gtid(config, &mut conn, flavor, &checkpoint.position)
+        None => server::resume_by_gtid(&config.source, &mut conn, flavor, &checkpoint.position)
             .await
             // Another server's file name is not "purged" here: it was never here.
-            .or_else(|e| start::refuse_other_servers_file(&checkpoint, server_id).and(Err(e)))?,
+            .or_else(|e| {
+                start::refuse_other_servers_file(&checkpoint, server_id).and(Err(e.into()))
+            })?,
     };
     if !by_gtid {
         start::refuse_other_servers_file(&checkpoint, server_id)?;

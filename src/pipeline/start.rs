@@ -11,10 +11,10 @@ use super::PipelineError;
 use crate::checkpoint::{Checkpoint, CheckpointStore};
 use crate::config::Config;
 use crate::monitor::Metrics;
-use crate::position::{BinlogFile, Position};
+use crate::position::BinlogFile;
 use crate::sink::Sink;
 use crate::source::server;
-use crate::source::{Archive, ResumeBy, SnapshotMode, StartFrom};
+use crate::source::{Archive, SnapshotMode, StartFrom};
 
 /// Where to start: the checkpoint, else the initial snapshot or `source.start` (stored
 /// at once, so a crash before the first delivery cannot move a `latest` start past
@@ -97,39 +97,6 @@ pub(super) async fn start_position(
     store.save(&checkpoint)?;
     info!(%position, start = ?config.source.start, snapshot = ?config.source.snapshot, "no checkpoint yet: starting here and recorded it");
     Ok(checkpoint)
-}
-
-/// Resume by GTID or by file position (`source.resume_by`); by position, the file must
-/// still be on the server.
-pub async fn resume_by_gtid(
-    config: &Config,
-    conn: &mut mysql_async::Conn,
-    flavor: server::Flavor,
-    start: &Position,
-) -> Result<bool, PipelineError> {
-    let by_gtid = match config.source.resume_by {
-        ResumeBy::Position => false,
-        ResumeBy::Auto => {
-            !start.gtid.is_empty() && {
-                // A MariaDB domain the checkpoint never saw would be replayed from the
-                // server's oldest binlog: only resume by GTID when every domain is covered.
-                let server_gtid = server::current_position(conn, flavor).await?.gtid;
-                start.gtid.covers_domains_of(&server_gtid)
-            }
-        }
-        ResumeBy::Gtid if start.gtid.is_empty() => {
-            return Err(PipelineError::NoGtidToResumeBy {
-                checkpoint: start.to_string(),
-            })
-        }
-        ResumeBy::Gtid => true,
-    };
-    if !by_gtid {
-        // By GTID the server itself says (error 1236) when the history is gone; file
-        // names only mean something on the server that wrote them.
-        server::ensure_available(conn, start).await?;
-    }
-    Ok(by_gtid)
 }
 
 /// Archived binlog files to read before the server's stream, and where the server takes
@@ -259,28 +226,4 @@ pub(super) async fn check_outbox_tables(
         })
         .collect();
     Err(PipelineError::OutboxTablesMissing { tables })
-}
-
-/// Refuses an operator's move of the checkpoint (`command`) while XA branches are
-/// prepared on the server, unless `ignore`: their rows lie before any position taken
-/// now. With `ignore` the branches are named in the log, and the router stops at each
-/// one's `XA COMMIT` instead of claiming it was delivered.
-pub async fn refuse_move_past_prepared_xa(
-    conn: &mut mysql_async::Conn,
-    command: &'static str,
-    ignore: bool,
-) -> Result<(), PipelineError> {
-    let xids: Vec<String> = server::prepared_xa(conn)
-        .await?
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    match (xids.is_empty(), ignore) {
-        (true, _) => Ok(()),
-        (false, false) => Err(PipelineError::PreparedXaBlocksMove { command, xids }),
-        (false, true) => {
-            warn!(command, xids = %xids.join(" "), "moving the checkpoint past prepared XA branches (--ignore-prepared-xa): the router will stop at each one's XA COMMIT");
-            Ok(())
-        }
-    }
 }

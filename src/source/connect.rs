@@ -120,6 +120,13 @@ pub enum SourceError {
         feature: &'static str,
         instead: &'static str,
     },
+    #[error("`{command}` would move the checkpoint past {} prepared XA branch(es) (XA RECOVER: {}): their rows were logged at their XA PREPARE, before the new position, and would never be published when they commit; commit or roll them back first, or repeat with --ignore-prepared-xa (the router then stops at each one's XA COMMIT, naming it)", xids.len(), xids.join(" "))]
+    PreparedXaBlocksMove {
+        command: &'static str,
+        xids: Vec<String>,
+    },
+    #[error("source.resume_by = \"gtid\" but checkpoint {checkpoint} has no GTID state: use resume_by = \"auto\" or \"position\"")]
+    NoGtidToResumeBy { checkpoint: String },
     #[error("server answered unexpectedly: {0}")]
     Unexpected(String),
     #[error(transparent)]
@@ -154,6 +161,8 @@ impl SourceError {
             | SourceError::ArchiveCheckStopped { .. }
             | SourceError::ArchiveRead { .. }
             | SourceError::MariaDbOnly { .. }
+            | SourceError::PreparedXaBlocksMove { .. }
+            | SourceError::NoGtidToResumeBy { .. }
             | SourceError::Unexpected(_)
             | SourceError::Password(_) => false,
         }

@@ -3,9 +3,11 @@
 //! the binlog: `tables.rs`.
 
 mod mariadb_only;
+mod resume;
 mod tables;
 
 pub use mariadb_only::{require_mariadb, SnapshotFeature, MARIADB_ONLY};
+pub use resume::{refuse_move_past_prepared_xa, resume_by_gtid};
 pub use tables::{binlog_filters, matching_tables, outbox_tables, BinlogFilters, OutboxTables};
 
 use mysql_async::prelude::Queryable;
