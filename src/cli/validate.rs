@@ -7,14 +7,17 @@ use anyhow::Result;
 use outbox_router::config::Config;
 use outbox_router::ops::validate::Verdict;
 
-/// Prints each check; exit 1 on any problem.
+/// Prints each check; exit 1 on any problem (a warning is none).
 pub(super) async fn run(config: &Config) -> Result<ExitCode> {
     let findings = outbox_router::ops::validate::validate(config).await;
-    let mut failed = 0;
+    let (mut failed, mut warned) = (0, 0);
     for f in &findings {
         let label = match f.verdict {
             Verdict::Ok => "ok  ",
-            Verdict::Warn => "warn",
+            Verdict::Warn => {
+                warned += 1;
+                "warn"
+            }
             Verdict::Fail => {
                 failed += 1;
                 "FAIL"
@@ -25,7 +28,10 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
             println!("      fix: {}", f.fix);
         }
     }
-    if failed == 0 {
+    if failed == 0 && warned > 0 {
+        println!("no problem found; {warned} warning(s) above");
+        Ok(ExitCode::SUCCESS)
+    } else if failed == 0 {
         println!("all {} checks passed", findings.len());
         Ok(ExitCode::SUCCESS)
     } else {

@@ -135,6 +135,7 @@ async fn rds_retention_hours_govern_the_runway() {
     let text = output(&setup.cli(&["validate"]));
     assert!(
         text.contains("warn  binlog retention: 1.0 h by Amazon RDS")
+            && text.contains("no problem found; 1 warning(s) above")
             && text.contains("less than monitor.detect_hours + repair_hours = 6.0 h"),
         "{text}"
     );
