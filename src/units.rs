@@ -13,16 +13,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{text:?} is not a duration ({e}): e.g. 500ms, 30s, 10m, 2h, 7d"))
 }
 
-/// Seconds from a number of seconds or a duration in whole seconds.
-pub fn parse_secs(text: &str) -> Result<u64, String> {
-    if let Ok(n) = text.trim().parse::<u64>() {
-        return Ok(n);
+/// A number of seconds, or a duration with units (`500ms`, `10m`, `1d 12h`): every
+/// duration flag of the command line, as the config file's `_secs` keys take them.
+pub fn parse_secs_or_duration(text: &str) -> Result<Duration, String> {
+    match text.trim().parse::<u64>() {
+        Ok(secs) => Ok(Duration::from_secs(secs)),
+        Err(_) => parse_duration(text),
     }
-    let d = parse_duration(text)?;
-    if d.subsec_nanos() != 0 {
-        return Err(format!("{text:?}: give whole seconds"));
-    }
-    Ok(d.as_secs())
 }
 
 /// Bytes from a number of bytes or a size (`"64 MiB"`, `"1GB"`).
@@ -169,8 +166,18 @@ mod tests {
         assert!(e.contains("not a duration") && e.contains("a_secs"), "{e}");
         let e = parse("a_secs = 1\nb_ms = 1\nd_bytes = \"lots\"").unwrap_err();
         assert!(e.contains("not a size"), "{e}");
-        assert_eq!(parse_secs("90").unwrap(), 90);
-        assert_eq!(parse_secs("1m 30s").unwrap(), 90);
+        assert_eq!(
+            parse_secs_or_duration("90").unwrap(),
+            Duration::from_secs(90)
+        );
+        assert_eq!(
+            parse_secs_or_duration("1m 30s").unwrap(),
+            Duration::from_secs(90)
+        );
+        assert_eq!(
+            parse_secs_or_duration("500ms").unwrap(),
+            Duration::from_millis(500)
+        );
         assert_eq!(parse_bytes("64MiB").unwrap(), 64 << 20);
     }
 }

@@ -180,11 +180,11 @@ pub(crate) struct RecoverArgs {
     #[arg(long)]
     pub(crate) timestamp_column: Option<String>,
     /// Slack before the checkpoint's commit time (clocks, time zones).
-    #[arg(long, alias = "margin-secs", value_parser = duration, default_value = "10m")]
+    #[arg(long, alias = "margin-secs", value_parser = outbox_router::units::parse_secs_or_duration, default_value = "10m")]
     pub(crate) margin: Duration,
     /// The longest your transactions stay open: a row's timestamp is its INSERT's
     /// time, its COMMIT may come this much later.
-    #[arg(long, alias = "longest-transaction-secs", value_parser = duration, default_value = "1h")]
+    #[arg(long, alias = "longest-transaction-secs", value_parser = outbox_router::units::parse_secs_or_duration, default_value = "1h")]
     pub(crate) longest_transaction: Duration,
     /// Re-publish rows written from this time on, instead of checkpoint − margins: unix
     /// seconds, RFC 3339 or a duration ago (2h), as `replay --since`.
@@ -206,7 +206,7 @@ pub(crate) struct RecoverArgs {
 #[derive(Args)]
 pub(crate) struct PruneArgs {
     /// Only rows older than this (e.g. 7d, 36h), by their timestamp column.
-    #[arg(long, value_parser = duration)]
+    #[arg(long, value_parser = outbox_router::units::parse_secs_or_duration)]
     pub(crate) older_than: Duration,
     /// Rows per batch; each batch is one short transaction.
     #[arg(long, default_value_t = 1000)]
@@ -220,10 +220,10 @@ pub(crate) struct PruneArgs {
     pub(crate) timestamp_column: Option<String>,
     /// Also keep rows written less than this before the checkpoint's commit time (clocks,
     /// time zones).
-    #[arg(long, value_parser = duration, default_value = "10m")]
+    #[arg(long, value_parser = outbox_router::units::parse_secs_or_duration, default_value = "10m")]
     pub(crate) margin: Duration,
     /// How long a batch waits for the router's checkpoint to pass the rows it selected.
-    #[arg(long, value_parser = duration, default_value = "60s")]
+    #[arg(long, value_parser = outbox_router::units::parse_secs_or_duration, default_value = "60s")]
     pub(crate) wait: Duration,
     /// Copy each batch into this table (DB.TABLE, or TABLE in the outbox's database) in
     /// the same transaction, before deleting it.
@@ -256,15 +256,6 @@ pub(crate) fn parse_time(s: &str) -> Result<i64, String> {
     Ok(at
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64))
-}
-
-/// Every duration flag's one parser: a number of seconds, or a duration with units
-/// (`500ms`, `10m`, `1d 12h`), as the config file's `_secs` keys take them.
-fn duration(s: &str) -> Result<Duration, String> {
-    match s.trim().parse::<u64>() {
-        Ok(secs) => Ok(Duration::from_secs(secs)),
-        Err(_) => outbox_router::units::parse_duration(s),
-    }
 }
 
 /// Hours as a number (36, 0.5) or a duration (1d 12h).
@@ -347,11 +338,11 @@ pub(crate) struct ReconcileArgs {
     #[arg(long)]
     pub(crate) timestamp_column: Option<String>,
     /// How long to wait for the router's checkpoint to pass the rows read.
-    #[arg(long, value_parser = duration, default_value = "60s")]
+    #[arg(long, value_parser = outbox_router::units::parse_secs_or_duration, default_value = "60s")]
     pub(crate) wait: Duration,
     /// When it does not: rows written this close to the checkpoint's commit time are
     /// in flight, not missing.
-    #[arg(long, value_parser = duration, default_value = "30s")]
+    #[arg(long, value_parser = outbox_router::units::parse_secs_or_duration, default_value = "30s")]
     pub(crate) grace: Duration,
     /// Compare both channels of a handover: the live topics (a polling relay's) and the
     /// shadow topics (`run --shadow`'s, with its checkpoint); report what either missed.
