@@ -206,7 +206,7 @@ async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
             }
             Err(e) => {
                 error!(?snapshot, "stopped by an error");
-                return Err(with_oldest_binlog(ctx.config, e).await);
+                return Err(with_what_is_purged(ctx.config, e).await);
             }
         }
     }
@@ -236,7 +236,7 @@ impl ConflictWindow {
 }
 
 /// A purge found through the stream does not know what is gone yet: ask.
-async fn with_oldest_binlog(config: &Config, e: PipelineError) -> PipelineError {
+async fn with_what_is_purged(config: &Config, e: PipelineError) -> PipelineError {
     let PipelineError::Source(SourceError::Purged { needed, missing }) = e else {
         return e;
     };

@@ -113,8 +113,8 @@ impl Group {
         event_end: u64,
         timestamp_secs: u32,
     ) -> Result<Option<Transaction>, SourceError> {
-        let file = at.file.clone();
-        let position = || format!("{file}:{event_end}");
+        // Built only for an error or a log line: no allocation per event.
+        let position = |at: &Position| format!("{}:{event_end}", at.file);
         match step {
             Step::Continue | Step::StatementDml => return Ok(None),
             Step::Begin => {
@@ -129,7 +129,7 @@ impl Group {
                 if inserted.is_some() || self.size.streamed_inserts {
                     return Err(SourceError::RolledBack {
                         table: inserted.map_or_else(|| "(streamed part)".into(), |r| r.table.to_string()),
-                        position: position(),
+                        position: position(at),
                     });
                 }
                 self.changes.clear();
@@ -138,7 +138,7 @@ impl Group {
             // had one gone out, its rows would be public before the branch commits.
             Step::XaPrepared(_) if self.size.streamed => {
                 return Err(SourceError::Unaccountable {
-                    position: position(),
+                    position: position(at),
                     reason: "an XA branch whose rows were streamed before its prepare (its group did not say it was XA)".into(),
                 })
             }
@@ -174,17 +174,17 @@ impl Group {
                     None if commit && !self.already_delivered(&at.at_offset(event_end)) => {
                         return Err(SourceError::XaNotSeen {
                             xid: xid.to_string(),
-                            position: position(),
+                            position: position(at),
                         })
                     }
                     None => {
-                        tracing::info!(%xid, position = %position(), commit, "XA resolution of a branch prepared before the start position: published before (commit) or nothing to publish (rollback)")
+                        tracing::info!(%xid, position = %position(at), commit, "XA resolution of a branch prepared before the start position: published before (commit) or nothing to publish (rollback)")
                     }
                 }
             }
             Step::Unaccountable(reason) => {
                 return Err(SourceError::Unaccountable {
-                    position: position(),
+                    position: position(at),
                     reason: reason.to_string(),
                 })
             }
