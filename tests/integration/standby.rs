@@ -451,11 +451,14 @@ async fn first_install_of_the_standby_shape_with_run_init() {
     let writer = Writer::start(&p.a.db);
     tokio::time::sleep(Duration::from_secs(3)).await;
     leader.kill9();
+    // Its log goes with it when the pod restarts (a new process, a new log file), and it
+    // may be the one that recorded the first start.
+    let killed_log = leader.log();
     wait_streaming(standby_setup.monitor_port, Duration::from_secs(90), standby).await;
     // The killed pod restarts with the same command.
     *leader = leader_setup.start_router_with(&[], &["--init"]);
     wait_standby_ready(leader_setup.monitor_port, leader).await;
-    let logs = format!("{}\n{}", a.log(), b.log());
+    let logs = format!("{killed_log}\n{}\n{}", a.log(), b.log());
     let recorded = logs.matches("recorded this router's first start").count();
     assert!(recorded >= 1, "{logs}");
     let new_leader = if a_leads { &mut b } else { &mut a };
