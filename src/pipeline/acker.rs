@@ -267,7 +267,10 @@ impl<'a> Acker<'a> {
             match &self.mode {
                 Mode::AtLeastOnce => self.hand_over_checkpoint(),
                 Mode::ExactlyOnce(t) if t.due(!rx.is_empty()) => {
-                    if let Err(e) = self.commit(sink, &mut in_flight, &mut window).await {
+                    if let Err(e) = self
+                        .commit(sink, &mut in_flight, &mut window, Duration::MAX)
+                        .await
+                    {
                         failure = Some(e);
                         break;
                     }
@@ -284,6 +287,7 @@ impl<'a> Acker<'a> {
             sink.abandon();
         }
         let deadline = Duration::from_secs(config.pipeline.shutdown_timeout_secs);
+        let stop_by = Instant::now() + deadline;
         let drained = tokio::time::timeout(deadline, async {
             while let Some(done) = in_flight.next().await {
                 window.remove(&done);
@@ -310,7 +314,15 @@ impl<'a> Acker<'a> {
             Mode::ExactlyOnce(t)
                 if t.is_open && t.at_boundary && failure.is_none() && drained.is_ok() =>
             {
-                if let Err(e) = self.commit(sink, &mut in_flight, &mut window).await {
+                let within = stop_by.saturating_duration_since(Instant::now());
+                let committed = match stop_commit_failpoint() {
+                    Err(e) => {
+                        sink.abort();
+                        Err(e)
+                    }
+                    Ok(()) => self.commit(sink, &mut in_flight, &mut window, within).await,
+                };
+                if let Err(e) = committed {
                     failure = Some(e);
                 }
             }
@@ -388,12 +400,14 @@ impl<'a> Acker<'a> {
     }
 
     /// Waits for every record of the open Kafka transaction, then commits it with the
-    /// acknowledged prefix as its marker; the store gets it once Kafka has it.
+    /// acknowledged prefix as its marker (within `within`); the store gets it once Kafka
+    /// has it.
     async fn commit(
         &mut self,
         sink: &Sink,
         in_flight: &mut InFlight,
         window: &mut Window,
+        within: Duration,
     ) -> Result<(), PipelineError> {
         let started = Instant::now();
         while let Some(done) = in_flight.next().await {
@@ -411,7 +425,7 @@ impl<'a> Acker<'a> {
             .acknowledged
             .clone()
             .committed_as(self.acknowledged.commit_seq + 1);
-        sink.commit(Some(marker.encode())).await?;
+        sink.commit_within(Some(marker.encode()), within).await?;
         self.acknowledged.commit_seq = marker.commit_seq;
         let Mode::ExactlyOnce(txn) = &mut self.mode else {
             unreachable!("only exactly-once mode commits")
@@ -465,6 +479,19 @@ impl<'a> Acker<'a> {
             ..self.acknowledged.clone()
         }
     }
+}
+
+/// Tests fail a stop's last commit (`txn.stop_commit_fails`) the way an unanswered
+/// commit marker does.
+fn stop_commit_failpoint() -> Result<(), PipelineError> {
+    fail::fail_point!("txn.stop_commit_fails", |_| Err(PipelineError::Sink(
+        SinkError::MarkerUnproven {
+            transactional_id: "(failpoint)".into(),
+            topic: "(failpoint)".into(),
+            why: "not acknowledged in time",
+        }
+    )));
+    Ok(())
 }
 
 /// Records per topic, in runs of the same topic (records of a transaction are usually

@@ -204,6 +204,12 @@ async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
                 }
                 delay = (delay * 2).min(Duration::from_secs(30));
             }
+            Err(e) if e.is_transient() => {
+                // Asked to stop (or the lock was lost) and the stop's last step met what a
+                // restart would retry: nothing is lost, the next start reads it again.
+                warn!(error = %e, ?snapshot, "stopped; the stop's last step failed, so a start resumes from the last durable checkpoint and what was not acknowledged or committed is read again");
+                return Ok(());
+            }
             Err(e) => {
                 error!(?snapshot, "stopped by an error");
                 return Err(with_what_is_purged(ctx.config, e).await);

@@ -7,6 +7,8 @@ mod kafka;
 pub mod scripted;
 mod stdout;
 
+use std::time::Duration;
+
 use futures::future::BoxFuture;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
@@ -69,6 +71,12 @@ pub enum SinkError {
         transactional_id: String,
         error: KafkaError,
     },
+    #[error("the commit marker of transactional.id {transactional_id} on {topic} was {why}; the Kafka transaction is aborted (nothing of it becomes visible) and resumes from the last committed checkpoint")]
+    MarkerUnproven {
+        transactional_id: String,
+        topic: String,
+        why: &'static str,
+    },
     #[error("the {what} topic {topic} exists in a shape the router cannot rely on: {problems}; delete it (the router creates it right) or point delivery.checkpoint_topic / ha.lock_topic at another")]
     TopicShape {
         topic: String,
@@ -101,6 +109,7 @@ impl SinkError {
             }
             SinkError::Canceled { .. }
             | SinkError::Transaction { .. }
+            | SinkError::MarkerUnproven { .. }
             | SinkError::ReadBack { .. }
             | SinkError::Unproven { .. }
             | SinkError::CreateTopic { .. } => true,
@@ -173,8 +182,17 @@ impl Sink {
     /// Commits the open Kafka transaction, with its commit `marker` when given (a
     /// transaction of table rows moves no checkpoint and has none).
     pub async fn commit(&self, marker: Option<Vec<u8>>) -> Result<(), SinkError> {
+        self.commit_within(marker, Duration::MAX).await
+    }
+
+    /// `commit`, every wait of it ending within `within` (a stop's remaining time).
+    pub async fn commit_within(
+        &self,
+        marker: Option<Vec<u8>>,
+        within: Duration,
+    ) -> Result<(), SinkError> {
         match self {
-            Sink::Kafka(k) => k.commit(marker).await,
+            Sink::Kafka(k) => k.commit(marker, within).await,
             #[cfg(test)]
             Sink::Scripted(s) => {
                 let marker = marker
@@ -208,11 +226,7 @@ impl Sink {
 
     /// A failure of a Kafka transaction open for `open_for`, as what it was (see
     /// `KafkaSink::outlived_transaction_timeout`).
-    pub fn outlived_transaction_timeout(
-        &self,
-        error: SinkError,
-        open_for: std::time::Duration,
-    ) -> SinkError {
+    pub fn outlived_transaction_timeout(&self, error: SinkError, open_for: Duration) -> SinkError {
         match self {
             Sink::Kafka(k) => k.outlived_transaction_timeout(error, open_for),
             _ => error,

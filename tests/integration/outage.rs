@@ -157,3 +157,99 @@ async fn connections_cut(name: &str, delivery: Option<&str>) -> usize {
     println!("connection cuts ({name}): cuts={cuts} events={total} lost=0 duplicates={duplicates}");
     duplicates
 }
+
+/// A private broker of this test's own (fresh_broker.rs uses 9292, signals.rs 9392).
+const STALLED_KAFKA_PORT: u16 = 9592;
+
+/// SIGTERM while Kafka does not answer, in exactly-once mode: a broker frozen (SIGSTOP:
+/// its sockets open, nothing answers) with a Kafka transaction open — the stop asked
+/// during the freeze, right after a freeze longer than the transaction timeout (the
+/// coordinator aborts the open transaction once it runs again), and with the stop's last
+/// commit failing as an unanswered commit marker does (failpoint). Each stop ends within
+/// `pipeline.shutdown_timeout_secs` with status 0 and says what it left: what it could
+/// not commit is aborted and read again. A restart then delivers every event once to a
+/// read_committed reader.
+#[tokio::test(flavor = "multi_thread")]
+async fn stops_while_kafka_does_not_answer_end_cleanly() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let broker = PrivateBroker::new(STALLED_KAFKA_PORT);
+    broker.wipe();
+    broker.services("up");
+    let kafka = Kafka::at(&broker.bootstrap());
+    let (_conn, mut setup) = fresh("stop_stalled").await;
+    setup.kafka_bootstrap = broker.bootstrap();
+    setup.delivery(Some(&exactly_once_delivery("stop-stalled", true)));
+    setup.kafka_properties.extend(
+        [
+            ("transaction.timeout.ms", "10000"),
+            ("message.timeout.ms", "10000"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    let db = setup.db.clone();
+    let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
+    // (what, frozen before SIGTERM, frozen after it, failpoints)
+    let rounds: [(&str, u64, u64, &str); 4] = [
+        ("SIGTERM during a 6 s freeze", 3, 3, ""),
+        ("SIGTERM right after a 20 s freeze", 20, 0, ""),
+        ("SIGTERM during a 25 s freeze", 20, 5, ""),
+        (
+            "the stop's last commit unanswered",
+            0,
+            0,
+            "txn.stop_commit_fails=return",
+        ),
+    ];
+    let mut batches = 0;
+    for (round, (what, before, after, failpoints)) in rounds.into_iter().enumerate() {
+        // Stopped while the writer still writes: a Kafka transaction is open.
+        let written = if failpoints.is_empty() { 200 } else { 2000 };
+        let writer = tokio::spawn(write_stream(db.clone(), batches, written, 20, 20));
+        let mut router = setup.start_router_env(&[("FAILPOINTS", failpoints)]);
+        kafka.wait_for_count(
+            &topics,
+            (batches * 20 + 1000) as i64,
+            Duration::from_secs(60),
+        );
+        batches += written;
+        let frozen = before + after > 0;
+        if frozen {
+            broker.signal("-STOP");
+        }
+        tokio::time::sleep(Duration::from_secs(before)).await;
+        let asked = std::time::Instant::now();
+        router.signal_term();
+        tokio::time::sleep(Duration::from_secs(after)).await;
+        if frozen {
+            broker.signal("-CONT");
+        }
+        let status = router.wait(Duration::from_secs(40));
+        let log = router.log();
+        let took = asked.elapsed();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "round {round} ({what}): stop ended with {status:?} after {took:?}:\n{log}"
+        );
+        assert!(
+            took < Duration::from_secs(34),
+            "round {round} ({what}): stop took {took:?}:\n{log}"
+        );
+        if !failpoints.is_empty() {
+            assert!(
+                log.contains("the stop's last step failed") && log.contains("commit marker"),
+                "round {round} ({what}): the stop does not say what it left:\n{log}"
+            );
+        }
+        println!("stop while Kafka does not answer: {what}: exit 0 after {took:?}");
+        writer.await.unwrap();
+    }
+    let mut router = setup.start_router();
+    let total = batches * 20;
+    kafka.drain_and_stop(&mut router, &topics, total);
+    assert_eq!(
+        kafka.check_stream(&topics, total),
+        0,
+        "duplicates for read_committed"
+    );
+    broker.services("down");
+}

@@ -114,10 +114,15 @@ impl KafkaSink {
         }
     }
 
-    /// Commits the open Kafka transaction with `marker` (exactly-once mode).
-    pub async fn commit(&self, marker: Option<Vec<u8>>) -> Result<(), SinkError> {
+    /// Commits the open Kafka transaction with `marker` (exactly-once mode), every wait
+    /// ending within `within`.
+    pub async fn commit(
+        &self,
+        marker: Option<Vec<u8>>,
+        within: std::time::Duration,
+    ) -> Result<(), SinkError> {
         match &self.transactional {
-            Some(t) => t.commit(&self.producer, marker).await,
+            Some(t) => t.commit(&self.producer, marker, within).await,
             None => Ok(()),
         }
     }

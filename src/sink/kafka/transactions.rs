@@ -75,12 +75,16 @@ impl Transactional {
 
     /// Adds `marker` (the checkpoint of the transaction's last binlog transaction), if
     /// any, to the open Kafka transaction and commits it: the records and the marker become
-    /// visible together or not at all. A failed commit is aborted.
+    /// visible together or not at all. A failed commit is aborted. Every wait ends within
+    /// `within` (a stop's remaining time), and never later than librdkafka's own limit.
     pub(super) async fn commit(
         &self,
         producer: &ThreadedProducer<AckContext>,
         marker: Option<Vec<u8>>,
+        within: Duration,
     ) -> Result<(), SinkError> {
+        let by = tokio::time::Instant::now() + within.min(TRANSACTION_TIMEOUT);
+        let left = || by.saturating_duration_since(tokio::time::Instant::now());
         let outcome = match marker {
             Some(marker) => {
                 let (acks, outcome) = BatchAcks::new(1);
@@ -91,7 +95,7 @@ impl Transactional {
                     .key(&self.key)
                     .payload(&marker);
                 if let Err((error, _)) = producer.send(record) {
-                    return Err(self.aborted(producer, "commit marker", &self.key, error));
+                    return Err(self.aborted(producer, "commit marker", error, left()));
                 }
                 Some(outcome)
             }
@@ -101,16 +105,30 @@ impl Transactional {
         // flushes before committing, and a flush that finds a record outstanding polls
         // an event queue the producer's thread drains — a fixed 100 ms per commit.
         if let Some(outcome) = outcome {
-            let error = match tokio::time::timeout(TRANSACTION_TIMEOUT, outcome).await {
+            let unproven = |why: &'static str| SinkError::MarkerUnproven {
+                transactional_id: self.key.clone(),
+                topic: self.topic.clone(),
+                why,
+            };
+            let failure = match tokio::time::timeout(left(), outcome).await {
                 Ok(Ok(Ok(()))) => None,
                 Ok(Ok(Err(Failure {
                     reason: FailureReason::Error(error),
                     ..
-                }))) => Some(error),
-                _ => Some(KafkaError::Canceled),
+                }))) => Some(transaction_error("commit marker", &self.key, error)),
+                Ok(Ok(Err(Failure {
+                    reason: FailureReason::NoOffset { .. },
+                    ..
+                }))) => Some(unproven(
+                    "reported delivered without an offset, which is no proof it was written",
+                )),
+                Ok(Err(_)) => Some(unproven(
+                    "dropped by the producer without a delivery report",
+                )),
+                Err(_) => Some(unproven("not acknowledged in time")),
             };
-            if let Some(error) = error {
-                return Err(self.aborted(producer, "commit marker", &self.key, error));
+            if let Some(failure) = failure {
+                return Err(self.abort_after(producer, failure, left()));
             }
         }
         // The same 100 ms when the producer's queue still holds an event its thread has
@@ -120,10 +138,9 @@ impl Transactional {
         while producer.in_flight_count() > 0 && tokio::time::Instant::now() < served_by {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        let committed =
-            tokio::task::block_in_place(|| producer.commit_transaction(TRANSACTION_TIMEOUT));
+        let committed = tokio::task::block_in_place(|| producer.commit_transaction(left()));
         if let Err(error) = committed {
-            return Err(self.aborted(producer, "commit", &self.key, error));
+            return Err(self.aborted(producer, "commit", error, left()));
         }
         Ok(())
     }
@@ -159,17 +176,34 @@ impl Transactional {
         let _ = tokio::task::block_in_place(|| producer.abort_transaction(TRANSACTION_TIMEOUT));
     }
 
-    /// Aborts the open transaction (best effort) and returns the error that caused it.
+    /// Aborts the open transaction (best effort, within `within`) and returns the error
+    /// that caused it.
     fn aborted(
         &self,
         producer: &ThreadedProducer<AckContext>,
         action: &'static str,
-        key: &str,
         error: KafkaError,
+        within: Duration,
     ) -> SinkError {
-        let failure = transaction_error(action, key, error);
+        self.abort_after(
+            producer,
+            transaction_error(action, &self.key, error),
+            within,
+        )
+    }
+
+    /// `failure`, after aborting the open transaction unless the producer was fenced. An
+    /// abort that does not finish in time leaves the transaction to the coordinator,
+    /// which aborts it at `transaction.timeout.ms`, or to the next producer, whose
+    /// start fences it: either way nothing of it becomes visible.
+    fn abort_after(
+        &self,
+        producer: &ThreadedProducer<AckContext>,
+        failure: SinkError,
+        within: Duration,
+    ) -> SinkError {
         if !matches!(failure, SinkError::Fenced { .. }) {
-            let _ = tokio::task::block_in_place(|| producer.abort_transaction(TRANSACTION_TIMEOUT));
+            let _ = tokio::task::block_in_place(|| producer.abort_transaction(within));
         }
         failure
     }

@@ -295,6 +295,18 @@ impl PrivateBroker {
         assert!(status.success(), "private broker {action} failed");
     }
 
+    /// SIGSTOP (`-STOP`) or SIGCONT (`-CONT`) to the broker: frozen, its sockets stay
+    /// open and nothing answers — a broker in a long GC pause or a stalled VM.
+    pub fn signal(&self, sig: &str) {
+        let pid = std::fs::read_to_string(self.state.path().join("kafka/kafka.pid"))
+            .expect("private broker pid file");
+        let status = Command::new("kill")
+            .args([sig, pid.trim()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {sig} of the private broker failed");
+    }
+
     /// Forgets all topics (the next `up` is a brand-new cluster).
     pub fn wipe(&self) {
         let _ = std::fs::remove_dir_all(self.state.path().join("kafka/data"));

@@ -266,6 +266,11 @@ impl RouterProcess {
         Command::new("kill").args([sig, &pid]).status().unwrap();
     }
 
+    /// SIGTERM without waiting.
+    pub fn signal_term(&self) {
+        self.signal("-TERM");
+    }
+
     /// SIGTERM, then wait for exit.
     pub fn stop(&mut self, timeout: Duration) -> ExitStatus {
         self.signal("-TERM");
