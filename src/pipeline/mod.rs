@@ -8,8 +8,7 @@
 //! complete in any order; an ordered queue releases them in commit order, so the
 //! checkpoint only ever covers a contiguous prefix of acknowledged transactions.
 
-mod acker;
-mod backlog;
+mod ack;
 mod error;
 mod exactly_once_start;
 mod first_start;
@@ -351,15 +350,21 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         metrics.clone(),
     ));
 
-    let acker = acker::Acker::new(
+    let prefix = ack::Prefix::new(
         store,
         &checkpoint,
         Duration::from_millis(config.checkpoint.flush_interval_ms),
         metrics,
-        &sink,
-        config,
     );
-    let acked = acker.run(&sink, rx, config, &stop_reading).await;
+    let acked = ack::acknowledge(
+        &sink,
+        rx,
+        &stop_reading,
+        prefix,
+        &config.pipeline,
+        &config.delivery,
+    )
+    .await;
     stop_reading.cancel();
     let read = reader_task.await.map_err(|e| PipelineError::TaskFailed {
         task: "reader",

@@ -1,0 +1,219 @@
+//! Exactly-once: batches go into Kafka transactions; acknowledgements count, and the
+//! checkpoint moves, when their transaction commits with the checkpoint as its marker
+//! (before that no read_committed consumer sees them). A transaction commits only at
+//! the end of a binlog transaction, so a large one's parts all commit together.
+
+use std::time::{Duration, Instant};
+
+use super::backlog::Backlog;
+use super::in_flight::InFlight;
+use super::policy::{CommitPolicy, Stop};
+use super::prefix::Prefix;
+use crate::monitor::Metrics;
+use crate::pipeline::PipelineError;
+use crate::route::Batch;
+use crate::sink::{DeliveryConfig, Sink, SinkError};
+
+/// The open Kafka transaction and when it is due.
+pub(super) struct KafkaTransactions {
+    /// Records acknowledged in the open transaction, counted once it commits.
+    acknowledged: u64,
+    is_open: bool,
+    /// The last batch sent ended a binlog transaction: a commit may follow.
+    at_boundary: bool,
+    opened_at: Instant,
+    records: usize,
+    /// Bytes of the records in it.
+    bytes: usize,
+    max_records: usize,
+    max_age: Duration,
+    /// How long one may stay open while a backlog is read…
+    max_backlog_age: Duration,
+    /// …and how large it may grow meanwhile: the coordinator aborts a transaction open
+    /// past `transaction.timeout.ms`, and a slow broker must not turn a backlog's
+    /// transaction into one that outlives it.
+    max_backlog_records: usize,
+    max_backlog_bytes: usize,
+    /// Whether the batches it takes come from a backlog.
+    backlog: Backlog,
+}
+
+impl KafkaTransactions {
+    /// Transactions sized by `delivery.commit_*`.
+    pub(super) fn new(delivery: &DeliveryConfig) -> Self {
+        let max_age = Duration::from_millis(delivery.commit_max_ms.max(1));
+        Self {
+            acknowledged: 0,
+            is_open: false,
+            at_boundary: true,
+            opened_at: Instant::now(),
+            records: 0,
+            bytes: 0,
+            max_records: delivery.commit_max_records,
+            max_backlog_records: delivery
+                .commit_backlog_max_records
+                .max(delivery.commit_max_records),
+            max_backlog_bytes: delivery.commit_backlog_max_bytes.max(1),
+            max_age,
+            max_backlog_age: Duration::from_millis(
+                delivery
+                    .commit_backlog_ms
+                    .max(delivery.commit_max_ms)
+                    .max(1),
+            ),
+            // A reader quiet for as long as a caught-up transaction lasts has caught up.
+            backlog: Backlog::new(max_age),
+        }
+    }
+
+    /// Time to commit: at the end of a binlog transaction, and full or old enough — or,
+    /// while a backlog is read, old enough for a backlog (`waiting`: the reader has
+    /// batches ready).
+    fn due(&self, waiting: bool) -> bool {
+        if !self.is_open || !self.at_boundary {
+            return false;
+        }
+        let age = self.opened_at.elapsed();
+        if self.backlog.active(waiting) {
+            age >= self.max_backlog_age
+                || self.records >= self.max_backlog_records
+                || self.bytes >= self.max_backlog_bytes
+        } else {
+            self.records >= self.max_records || age >= self.max_age
+        }
+    }
+
+    /// Waits for every record of the open transaction, then commits it with the
+    /// acknowledged prefix as its marker (every wait within `within`); the store gets
+    /// the prefix once Kafka has it.
+    async fn commit(
+        &mut self,
+        prefix: &mut Prefix<'_>,
+        in_flight: &mut InFlight,
+        sink: &Sink,
+        within: Duration,
+    ) -> Result<(), PipelineError> {
+        let started = Instant::now();
+        while let Some(done) = in_flight.next().await {
+            match prefix.settle(done) {
+                Ok(n) => self.acknowledged += n,
+                Err(e) => {
+                    sink.abort();
+                    return Err(e);
+                }
+            }
+        }
+        let drained = started.elapsed();
+        crash_point!("txn.before_commit");
+        let marker = prefix.next_marker();
+        sink.commit_within(Some(marker.encode()), within).await?;
+        prefix.marker_committed(&marker);
+        tracing::debug!(
+            records = self.records,
+            drain_ms = drained.as_millis() as u64,
+            commit_ms = (started.elapsed() - drained).as_millis() as u64,
+            "Kafka transaction committed"
+        );
+        crash_point!("txn.after_commit");
+        self.is_open = false;
+        self.records = 0;
+        self.bytes = 0;
+        let metrics = prefix.metrics();
+        metrics.kafka_transaction_committed();
+        metrics.acked(std::mem::take(&mut self.acknowledged));
+        prefix.hand_over();
+        Ok(())
+    }
+}
+
+impl CommitPolicy for KafkaTransactions {
+    fn tick(&self) -> Duration {
+        self.max_age.min(Duration::from_millis(200))
+    }
+
+    /// The batch goes into the open transaction (opened if need be).
+    fn sending(&mut self, sink: &Sink, batch: &Batch, bytes: usize) -> Result<(), PipelineError> {
+        if !self.is_open {
+            sink.begin()?;
+            self.is_open = true;
+            self.opened_at = Instant::now();
+        }
+        self.records += batch.records.len();
+        self.bytes += bytes;
+        self.at_boundary = batch.complete;
+        self.backlog.observe(batch);
+        Ok(())
+    }
+
+    fn acknowledged(&mut self, records: u64, _: &Metrics) {
+        self.acknowledged += records;
+    }
+
+    async fn after_step(
+        &mut self,
+        prefix: &mut Prefix<'_>,
+        in_flight: &mut InFlight,
+        sink: &Sink,
+        waiting: bool,
+    ) -> Result<(), PipelineError> {
+        match self.due(waiting) {
+            true => self.commit(prefix, in_flight, sink, Duration::MAX).await,
+            false => Ok(()),
+        }
+    }
+
+    async fn at_stop(
+        &mut self,
+        prefix: &mut Prefix<'_>,
+        in_flight: &mut InFlight,
+        sink: &Sink,
+        stop: Stop,
+    ) -> Option<PipelineError> {
+        let Stop {
+            mut failure,
+            drained,
+            within,
+        } = stop;
+        if self.is_open {
+            // Everything delivered: the last transaction commits like any other — unless
+            // it ends inside a large binlog transaction, whose parts must all commit
+            // together. Otherwise nothing of it becomes visible.
+            if self.at_boundary && failure.is_none() && drained {
+                let committed = match stop_commit_failpoint() {
+                    Ok(()) => self.commit(prefix, in_flight, sink, within).await,
+                    Err(e) => {
+                        sink.abort();
+                        Err(e)
+                    }
+                };
+                failure = committed.err();
+            } else {
+                sink.abort();
+            }
+        }
+        // A Kafka transaction that outlived its timeout fails like a fenced one.
+        if self.is_open {
+            let open_for = self.opened_at.elapsed();
+            failure = failure.map(|f| match f {
+                PipelineError::Sink(e) => {
+                    PipelineError::Sink(sink.outlived_transaction_timeout(e, open_for))
+                }
+                other => other,
+            });
+        }
+        failure
+    }
+}
+
+/// Tests fail a stop's last commit (`txn.stop_commit_fails`) the way an unanswered
+/// commit marker does.
+fn stop_commit_failpoint() -> Result<(), PipelineError> {
+    fail::fail_point!("txn.stop_commit_fails", |_| Err(PipelineError::Sink(
+        SinkError::MarkerUnproven {
+            transactional_id: "(failpoint)".into(),
+            topic: "(failpoint)".into(),
+            why: "not acknowledged in time",
+        }
+    )));
+    Ok(())
+}

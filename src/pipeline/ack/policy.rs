@@ -1,0 +1,50 @@
+//! What a delivery mode decides: when an acknowledgement counts and the checkpoint may
+//! move, and what a stop does with what is open.
+
+use std::time::Duration;
+
+use super::in_flight::InFlight;
+use super::prefix::Prefix;
+use crate::monitor::Metrics;
+use crate::pipeline::PipelineError;
+use crate::route::Batch;
+use crate::sink::Sink;
+
+/// How a stop found the deliveries.
+pub(super) struct Stop {
+    /// What stopped the run early, if anything.
+    pub(super) failure: Option<PipelineError>,
+    /// Every delivery settled before the deadline.
+    pub(super) drained: bool,
+    /// What is left of the stop's time.
+    pub(super) within: Duration,
+}
+
+pub(super) trait CommitPolicy {
+    /// How often the acker wakes when nothing happens (to commit an aging transaction).
+    fn tick(&self) -> Duration;
+
+    /// `batch` (`bytes` of records) is about to go to the sink.
+    fn sending(&mut self, sink: &Sink, batch: &Batch, bytes: usize) -> Result<(), PipelineError>;
+
+    /// Kafka acknowledged `records` of a settled delivery.
+    fn acknowledged(&mut self, records: u64, metrics: &Metrics);
+
+    /// After each step of the acker; `waiting`: the reader has batches ready.
+    async fn after_step(
+        &mut self,
+        prefix: &mut Prefix<'_>,
+        in_flight: &mut InFlight,
+        sink: &Sink,
+        waiting: bool,
+    ) -> Result<(), PipelineError>;
+
+    /// The stop, once the deliveries drained or the deadline passed: the run's outcome.
+    async fn at_stop(
+        &mut self,
+        prefix: &mut Prefix<'_>,
+        in_flight: &mut InFlight,
+        sink: &Sink,
+        stop: Stop,
+    ) -> Option<PipelineError>;
+}
