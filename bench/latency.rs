@@ -161,7 +161,7 @@ async fn main() -> Result<()> {
     let started = Instant::now();
     let direct: Option<FutureProducer> = if args.direct {
         // The router's producer configuration with this run's linger and compression.
-        let mut kafka = outbox_router::sink::KafkaConfig {
+        let mut kafka = outbox_router::kafka::KafkaConfig {
             bootstrap_servers: args.bootstrap.clone(),
             ..Default::default()
         };
@@ -171,7 +171,7 @@ async fn main() -> Result<()> {
         ] {
             kafka.properties.insert(k.into(), v);
         }
-        Some(outbox_router::sink::client_config(&kafka).create()?)
+        Some(outbox_router::kafka::client_config(&kafka).create()?)
     } else {
         None
     };

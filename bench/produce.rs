@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use clap::Parser;
-use outbox_router::sink::client_config;
-use outbox_router::sink::KafkaConfig;
+use outbox_router::kafka::client_config;
+use outbox_router::kafka::KafkaConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};

@@ -12,12 +12,14 @@
 //!              (config, connect, reader, boundary, server queries, table snapshots)
 //! outbox/      row → OutboxEvent (column mapping, rules, what is ignored or invalid)
 //! route/       OutboxEvent → Kafka record (topic, key, headers, JSON / Avro value)
-//! sink/        Kafka producer (idempotent, acks=all, delivery proof), its admin and
-//!              read-back consumers, or stdout
+//! sink/        Kafka producer (idempotent, acks=all, delivery proof, exactly-once
+//!              transactions and their commit markers), or stdout
 //! checkpoint/  durable store of the last fully acknowledged position, and its writer
 //! pipeline/    the wiring: start position, read loop, acker (the acknowledgement
 //!              path back from the sink to the checkpoint), supervisor and restarts
 //! monitor/     beside the flow: metrics, progress, status verdict, HTTP endpoints
+//! kafka/       beside the flow: [kafka], client configuration, admin (topics), the
+//!              consumers that read topics back, the reachability probe
 //! ha/          beside the flow: hot standby's lock (which instance streams)
 //! config/      the file: the stages' sections composed, loaded, checked (with the
 //!              sections of the wiring and the operator commands, which are no stage)
@@ -25,8 +27,8 @@
 //!              replay, reconcile (and the audit trail)
 //! ```
 //!
-//! Imports follow the arrows: a stage uses earlier stages' types and `monitor` (which
-//! uses none of the later ones); `config` composes the stages' sections; `pipeline` and
+//! Imports follow the arrows: a stage uses earlier stages' types, `monitor` and `kafka`
+//! (which use none of the later ones); `config` composes the stages' sections; `pipeline` and
 //! `ops` use everything; nothing imports `pipeline` but `ops`, nothing imports `ops`.
 //! No module imports one that imports it back (`tests/layout.rs` checks).
 
@@ -51,6 +53,7 @@ pub mod checkpoint;
 pub mod civil;
 pub mod config;
 pub mod ha;
+pub mod kafka;
 pub mod monitor;
 pub mod ops;
 pub mod outbox;

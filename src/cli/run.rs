@@ -11,7 +11,6 @@ use outbox_router::checkpoint::CheckpointStore;
 use outbox_router::config::Config;
 use outbox_router::monitor::{Metrics, RunLock};
 use outbox_router::pipeline::{self, FirstStart, SinkKind};
-use outbox_router::sink::KafkaSink;
 
 /// Streams until SIGINT/SIGTERM; `init` creates a missing checkpoint store first.
 pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<ExitCode> {
@@ -20,7 +19,7 @@ pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<Ex
     }
     if matches!(sink, SinkArg::Kafka) {
         // Before `--init` creates anything: a property this build cannot honour stops here.
-        KafkaSink::check_properties(&config.kafka)
+        outbox_router::kafka::check_properties(&config.kafka)
             .map_err(anyhow::Error::msg)
             .context("kafka.properties")?;
     }

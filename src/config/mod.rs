@@ -15,10 +15,11 @@ pub use ops::OpsConfig;
 
 use crate::checkpoint::CheckpointConfig;
 use crate::ha::HaConfig;
+use crate::kafka::KafkaConfig;
 use crate::monitor::MonitorConfig;
 use crate::outbox::OutboxConfig;
 use crate::route::{RouteConfig, ValueConfig};
-use crate::sink::{DeliveryConfig, KafkaConfig};
+use crate::sink::DeliveryConfig;
 use crate::source::SourceConfig;
 
 /// Why the configuration could not be loaded.
@@ -179,7 +180,7 @@ impl Config {
         }
         self.source.check()?;
         self.pipeline.check()?;
-        crate::sink::check_kafka(&self.kafka)?;
+        crate::kafka::check(&self.kafka)?;
         self.delivery.check()?;
         self.delivery.check_against_transaction_timeout(
             crate::sink::KafkaSink::transaction_timeout_ms(&self.kafka),
@@ -201,7 +202,7 @@ impl Config {
             registry.check()?;
         }
         // The dead-letter topic is the outbox's setting, checked by the route's rules.
-        crate::route::check_topic(&self.outbox.dead_letter_topic)
+        crate::kafka::check_topic(&self.outbox.dead_letter_topic)
             .map_err(|e| format!("outbox.dead_letter_topic: {e}"))?;
         self.rules()?;
         Ok(())

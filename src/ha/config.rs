@@ -79,7 +79,7 @@ impl HaConfig {
         if self.standby_check_secs == 0 {
             return Err("ha.standby_check_secs must be at least 1".into());
         }
-        crate::route::check_topic(&self.lock_topic).map_err(|e| format!("ha.lock_topic: {e}"))
+        crate::kafka::check_topic(&self.lock_topic).map_err(|e| format!("ha.lock_topic: {e}"))
     }
 }
 

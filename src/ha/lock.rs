@@ -13,7 +13,8 @@ use tokio::sync::{oneshot, watch};
 use tracing::debug;
 
 use super::HaConfig;
-use crate::sink::{consumer_config, DeliveryConfig, KafkaConfig, SinkError, TopicCreator};
+use crate::kafka::{consumer_config, KafkaClientError, KafkaConfig, TopicCreator};
+use crate::sink::DeliveryConfig;
 
 /// Why the lock group cannot be joined or asked.
 #[derive(Debug, thiserror::Error)]
@@ -25,7 +26,7 @@ pub enum LockError {
         reason: String,
     },
     #[error("cannot create the lock topic: {0}")]
-    Topic(#[from] SinkError),
+    Topic(#[from] KafkaClientError),
     #[error("the lock's consumer thread stopped")]
     Stopped,
 }

@@ -36,6 +36,8 @@ pub enum OpsError {
     #[error(transparent)]
     Sink(#[from] crate::sink::SinkError),
     #[error(transparent)]
+    Kafka(#[from] crate::kafka::KafkaClientError),
+    #[error(transparent)]
     Audit(#[from] audit::AuditError),
     #[error(transparent)]
     Pipeline(Box<crate::pipeline::PipelineError>),

@@ -7,7 +7,6 @@ use mysql_async::prelude::Queryable;
 
 use crate::config::Config;
 use crate::position::TableName;
-use crate::sink::KafkaSink;
 use crate::source::{self, server};
 
 /// One finding.
@@ -93,12 +92,12 @@ pub async fn validate(config: &Config) -> Vec<Finding> {
         }
     }
     out.extend(inline_secret_findings(config));
-    let (version, features) = KafkaSink::client_features();
+    let (version, features) = crate::kafka::client_features();
     out.push(Finding::ok(
         "kafka client",
         format!("librdkafka {version}, built with {features}"),
     ));
-    match KafkaSink::check_reachable(&config.kafka, Duration::from_secs(10)).await {
+    match crate::kafka::check_reachable(&config.kafka, Duration::from_secs(10)).await {
         Ok(n) => out.push(Finding::ok(
             "kafka",
             format!(

@@ -1,6 +1,7 @@
 //! Why the pipeline stopped, and whether a restart from the checkpoint may help.
 
 use crate::checkpoint::CheckpointError;
+use crate::kafka::KafkaClientError;
 use crate::monitor::RestartReason;
 use crate::outbox::InvalidEvent;
 use crate::route::{AvroError, RegistryError};
@@ -143,7 +144,9 @@ impl PipelineError {
                 RestartReason::ServerIdConflict
             }
             PipelineError::Sink(SinkError::Unproven { .. }) => RestartReason::UnprovenDelivery,
-            PipelineError::Sink(SinkError::CreateTopic { .. }) => RestartReason::Topic,
+            PipelineError::Sink(SinkError::Client(KafkaClientError::CreateTopic { .. })) => {
+                RestartReason::Topic
+            }
             PipelineError::Sink(_) => RestartReason::Delivery,
             PipelineError::Avro(_) => RestartReason::Registry,
             _ => RestartReason::Source,

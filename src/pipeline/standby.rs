@@ -10,7 +10,6 @@ use super::{supervise, Ctx, PipelineError};
 use crate::config::Config;
 use crate::ha::{Lock, LockError};
 use crate::monitor::Role;
-use crate::sink::KafkaSink;
 
 /// How long a released lock waits for the coordinator to hear that we left.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -149,7 +148,7 @@ async fn could_take_over(config: &Config) -> Result<(), String> {
         Ok(Err(e)) => return Err(format!("standby cannot take over: source: {e}")),
         Err(_) => return Err("standby cannot take over: source: no answer within 5 s".into()),
     }
-    KafkaSink::check_reachable(&config.kafka, timeout)
+    crate::kafka::check_reachable(&config.kafka, timeout)
         .await
         .map(|_| ())
         .map_err(|e| format!("standby cannot take over: Kafka: {e}"))

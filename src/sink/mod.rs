@@ -12,14 +12,14 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-pub use config::{DeliveryConfig, DeliveryMode, KafkaConfig, TopicRule, TopicsConfig};
+pub use config::{DeliveryConfig, DeliveryMode};
 pub use kafka::{
-    check as check_kafka, client_config, consumer_config, ensure_checkpoint_topic, first_start_of,
-    last_marker, marker_history, newest, property_problem, record_first_start, scan,
-    FirstStartRecord, KafkaSink, MarkerHistory, Newest, Scanned, TopicCreator, Unreachable,
+    ensure_checkpoint_topic, first_start_of, last_marker, marker_history, record_first_start,
+    FirstStartRecord, KafkaSink, MarkerHistory,
 };
 pub use stdout::StdoutSink;
 
+use crate::kafka::KafkaClientError;
 use crate::route::{EventRef, Record};
 
 /// Resolves with the number of records acknowledged, or the first failure.
@@ -50,16 +50,6 @@ pub enum SinkError {
     },
     #[error("the producer was dropped before acknowledging event {}", event.id)]
     Canceled { event: Box<EventRef> },
-    #[error("cannot create topic {topic}: {reason}")]
-    CreateTopic { topic: String, reason: String },
-    #[error("Kafka refused topic {topic} ({code}): {fix}")]
-    TopicRefused {
-        topic: String,
-        code: RDKafkaErrorCode,
-        fix: &'static str,
-    },
-    #[error("topic {topic} does not exist and kafka.topics.create = false (nor does the broker create it): create the topic, or set kafka.topics.create = true")]
-    TopicMissing { topic: String },
     #[error("Kafka transaction {action} failed for transactional.id {transactional_id}: {error}; aborted, resuming from the last committed checkpoint")]
     Transaction {
         action: &'static str,
@@ -77,12 +67,6 @@ pub enum SinkError {
         topic: String,
         why: &'static str,
     },
-    #[error("the {what} topic {topic} exists in a shape the router cannot rely on: {problems}; delete it (the router creates it right) or point delivery.checkpoint_topic / ha.lock_topic at another")]
-    TopicShape {
-        topic: String,
-        what: &'static str,
-        problems: String,
-    },
     #[error("the Kafka transaction of transactional.id {transactional_id} was open {open_secs} s, longer than its transaction.timeout.ms = {timeout_ms}: the coordinator aborted it (librdkafka reports this as a fence; no other instance took over). {}", match retry_with_ms { Some(ms) => format!("Retrying with transaction.timeout.ms = {ms} for this process; set kafka.properties.\"transaction.timeout.ms\" (and message.timeout.ms) above your longest binlog transaction's delivery time"), None => "It is at the brokers' usual maximum: raise transaction.max.timeout.ms on the brokers and kafka.properties.\"transaction.timeout.ms\", or split the application's transaction".to_string() })]
     TransactionTimedOut {
         transactional_id: String,
@@ -93,8 +77,8 @@ pub enum SinkError {
     },
     #[error("cannot record the first start on {topic}: {reason}")]
     FirstStart { topic: String, reason: String },
-    #[error("cannot read topic {topic} back: {reason}")]
-    ReadBack { topic: String, reason: String },
+    #[error(transparent)]
+    Client(#[from] KafkaClientError),
     #[error("cannot write to stdout: {0}")]
     Stdout(std::io::Error),
 }
@@ -110,17 +94,13 @@ impl SinkError {
             SinkError::Canceled { .. }
             | SinkError::Transaction { .. }
             | SinkError::MarkerUnproven { .. }
-            | SinkError::ReadBack { .. }
-            | SinkError::Unproven { .. }
-            | SinkError::CreateTopic { .. } => true,
+            | SinkError::Unproven { .. } => true,
+            SinkError::Client(e) => e.is_transient(),
             SinkError::TransactionTimedOut { retry_with_ms, .. } => retry_with_ms.is_some(),
             SinkError::Create(_)
             | SinkError::Stdout(_)
-            | SinkError::TopicRefused { .. }
             | SinkError::Fenced { .. }
-            | SinkError::TopicShape { .. }
-            | SinkError::FirstStart { .. }
-            | SinkError::TopicMissing { .. } => false,
+            | SinkError::FirstStart { .. } => false,
         }
     }
 }

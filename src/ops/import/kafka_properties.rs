@@ -26,7 +26,7 @@ impl Translated {
         if key == "sasl.jaas.config" {
             return self.add_jaas(source_key, value);
         }
-        if let Some(reason) = crate::sink::property_problem(key, value) {
+        if let Some(reason) = crate::kafka::property_problem(key, value) {
             self.unmapped.push((
                 source_key.to_string(),
                 format!("librdkafka does not take it ({reason})"),

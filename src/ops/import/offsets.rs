@@ -9,8 +9,8 @@ use std::str::FromStr;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::{Deserialize, Serialize};
 
+use crate::kafka::{KafkaClientError, KafkaConfig};
 use crate::position::{BinlogFile, GtidState, Position};
-use crate::sink::{KafkaConfig, SinkError};
 
 /// Where Kafka Connect keeps source offsets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,7 +191,7 @@ pub enum OffsetError {
     #[error("connector {name:?} had not finished its snapshot (stored: {value}): let Debezium finish it, or start the router with source.snapshot = \"initial\" instead of importing")]
     Snapshotting { name: String, value: String },
     #[error(transparent)]
-    Kafka(#[from] SinkError),
+    Kafka(#[from] KafkaClientError),
 }
 
 /// Reads the connector's newest offset from `store` (a topic on `kafka`).
@@ -321,11 +321,11 @@ fn from_topic(
         store: OffsetStore::Topic(topic.to_string()).to_string(),
         found,
     };
-    let read_back = |reason: String| SinkError::ReadBack {
+    let read_back = |reason: String| KafkaClientError::ReadBack {
         topic: topic.to_string(),
         reason,
     };
-    let consumer: BaseConsumer = crate::sink::consumer_config(kafka)
+    let consumer: BaseConsumer = crate::kafka::consumer_config(kafka)
         .create()
         .map_err(|e| read_back(e.to_string()))?;
     let metadata = consumer
@@ -343,7 +343,7 @@ fn from_topic(
         ));
     }
     for partition in partitions {
-        if let Some(newest) = crate::sink::newest(kafka, topic, partition, |k| key.matches(k))? {
+        if let Some(newest) = crate::kafka::newest(kafka, topic, partition, |k| key.matches(k))? {
             return Ok(newest.value);
         }
     }

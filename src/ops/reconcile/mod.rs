@@ -120,7 +120,7 @@ pub async fn reconcile(
     let header = config.route.event_id_header.as_bytes();
     let mut strangers: Vec<(u32, Vec<u8>)> = Vec::new();
     let topics = window.topics.clone();
-    let scanned = crate::sink::scan(&config.kafka, &topics, scan_from_ms, |t, m| {
+    let scanned = crate::kafka::scan(&config.kafka, &topics, scan_from_ms, |t, m| {
         let t = t as u32;
         let Some(id) = m
             .headers()
@@ -155,7 +155,7 @@ pub async fn reconcile(
             }
         }
     })
-    .map_err(OpsError::Sink)?;
+    .map_err(OpsError::Kafka)?;
     report.records_scanned = scanned.records;
 
     // Count, then name: ids are read again from the table for the ones to list.

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use rdkafka::producer::FutureProducer;
 
-use super::{client_config, TopicCreator};
-use crate::sink::{DeliveryConfig, KafkaConfig, SinkError};
+use crate::kafka::{client_config, KafkaConfig, TopicCreator};
+use crate::sink::{DeliveryConfig, SinkError};
 
 /// The newest commit marker of `delivery.transactional_id`, read with
 /// `read_committed`: where exactly-once mode resumes.
@@ -14,7 +14,11 @@ pub fn last_marker(
     cfg: &KafkaConfig,
     delivery: &DeliveryConfig,
 ) -> Result<Option<Vec<u8>>, SinkError> {
-    super::consumer_markers::last(cfg, &delivery.checkpoint_topic, &delivery.transactional_id)
+    Ok(crate::kafka::last(
+        cfg,
+        &delivery.checkpoint_topic,
+        &delivery.transactional_id,
+    )?)
 }
 
 /// What the checkpoint topic holds for `delivery.transactional_id`: its newest commit
@@ -34,7 +38,7 @@ pub fn marker_history(
     // evidence (compaction keeps it small).
     let first_start = first_start_key(&delivery.transactional_id);
     let keys = [delivery.transactional_id.as_bytes(), first_start.as_bytes()];
-    let Some(read) = super::consumer_markers::newest_of_keys(cfg, topic, 0, &keys)? else {
+    let Some(read) = crate::kafka::newest_of_keys(cfg, topic, 0, &keys)? else {
         return Ok(MarkerHistory::default());
     };
     let [marker, first_start] = <[_; 2]>::try_from(read.newest).expect("two keys asked");
@@ -51,7 +55,7 @@ pub fn ensure_checkpoint_topic(
     cfg: &KafkaConfig,
     delivery: &DeliveryConfig,
 ) -> Result<(), SinkError> {
-    TopicCreator::new(cfg)?.ensure_compacted(&delivery.checkpoint_topic, "checkpoint")
+    Ok(TopicCreator::new(cfg)?.ensure_compacted(&delivery.checkpoint_topic, "checkpoint")?)
 }
 
 /// Records under `name` on `topic` that a first start at `source.start` is intended
@@ -93,8 +97,7 @@ pub fn first_start_of(
     name: &str,
 ) -> Result<FirstStartRecord, SinkError> {
     let key = first_start_key(name);
-    let Some(read) = super::consumer_markers::newest_of_keys(cfg, topic, 0, &[key.as_bytes()])?
-    else {
+    let Some(read) = crate::kafka::newest_of_keys(cfg, topic, 0, &[key.as_bytes()])? else {
         return Ok(FirstStartRecord::default());
     };
     let newest = read.newest.into_iter().next().flatten();

@@ -14,10 +14,10 @@ use super::delivery::{AckContext, BatchAcks, FailureReason};
 use super::transactions::{
     is_fenced, transaction_error, Transactional, TRANSACTION_TIMEOUT, TRANSACTION_TIMEOUT_RAISED_MS,
 };
-use super::{client_config, TopicCreator};
+use crate::kafka::{client_config, KafkaConfig, TopicCreator};
 use crate::monitor::Metrics;
 use crate::route::Record;
-use crate::sink::{Delivery, DeliveryConfig, KafkaConfig, SinkError};
+use crate::sink::{Delivery, DeliveryConfig, SinkError};
 
 /// Produces records to Kafka.
 pub struct KafkaSink {

@@ -10,8 +10,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::{KafkaClientError, KafkaConfig};
 use crate::monitor::CommandProgress;
-use crate::sink::{KafkaConfig, SinkError};
 
 /// A partition that makes no progress this long stops the scan.
 const STALL: Duration = Duration::from_secs(60);
@@ -34,8 +34,8 @@ pub fn scan(
     topics: &[String],
     since_ms: i64,
     mut each: impl FnMut(usize, &BorrowedMessage<'_>),
-) -> Result<Scanned, SinkError> {
-    let failed = |reason: String| SinkError::ReadBack {
+) -> Result<Scanned, KafkaClientError> {
+    let failed = |reason: String| KafkaClientError::ReadBack {
         topic: topics.join(","),
         reason,
     };
@@ -47,7 +47,7 @@ pub fn scan(
         // defaults: 1 MB a partition, 64 MB queued).
         .set("fetch.message.max.bytes", "262144")
         .set("queued.max.messages.kbytes", "16384");
-    let consumer = |isolation: &str| -> Result<BaseConsumer, SinkError> {
+    let consumer = |isolation: &str| -> Result<BaseConsumer, KafkaClientError> {
         c.clone()
             .set("isolation.level", isolation)
             .create_with_context(DefaultConsumerContext)

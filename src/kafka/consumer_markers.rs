@@ -10,7 +10,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use crate::sink::{KafkaConfig, SinkError};
+use super::{KafkaClientError, KafkaConfig};
 
 /// How long the topic may take to answer in all.
 const READ_DEADLINE: Duration = Duration::from_secs(60);
@@ -20,11 +20,11 @@ const WARN_AFTER: Duration = Duration::from_secs(5);
 
 /// The newest committed marker of `key` on `topic`'s only partition; `None` when the
 /// topic or the key has none.
-pub(super) fn last(
+pub fn last(
     cfg: &KafkaConfig,
     topic: &str,
     key: &str,
-) -> Result<Option<Vec<u8>>, SinkError> {
+) -> Result<Option<Vec<u8>>, KafkaClientError> {
     Ok(newest(cfg, topic, 0, |k| k == key.as_bytes())?.and_then(|r| r.value))
 }
 
@@ -39,12 +39,12 @@ pub struct Newest {
 
 /// What one partition of a compacted topic holds for some keys.
 #[derive(Debug)]
-pub(super) struct KeysRead {
+pub struct KeysRead {
     /// The newest record of each key asked for, in the order asked.
-    pub(super) newest: Vec<Option<Newest>>,
+    pub newest: Vec<Option<Newest>>,
     /// The partition's log start offset: above 0, records were deleted from its head
     /// (`DeleteRecords`, or retention on a `compact,delete` topic).
-    pub(super) log_start: i64,
+    pub log_start: i64,
 }
 
 /// The newest record on `partition` of `topic` whose key `wanted` accepts, as a
@@ -55,19 +55,19 @@ pub fn newest(
     topic: &str,
     partition: i32,
     wanted: impl Fn(&[u8]) -> bool,
-) -> Result<Option<Newest>, SinkError> {
+) -> Result<Option<Newest>, KafkaClientError> {
     let read = read_keys(cfg, topic, partition, 1, |k| wanted(k).then_some(0))?;
     Ok(read.and_then(|mut r| r.newest.pop().flatten()))
 }
 
 /// The newest record of each of `keys` on `partition` of `topic`; `None` when the topic
 /// or the partition does not exist.
-pub(super) fn newest_of_keys(
+pub fn newest_of_keys(
     cfg: &KafkaConfig,
     topic: &str,
     partition: i32,
     keys: &[&[u8]],
-) -> Result<Option<KeysRead>, SinkError> {
+) -> Result<Option<KeysRead>, KafkaClientError> {
     read_keys(cfg, topic, partition, keys.len(), |k| {
         keys.iter().position(|wanted| *wanted == k)
     })
@@ -88,8 +88,8 @@ fn read_keys(
     partition: i32,
     slots: usize,
     slot_of: impl Fn(&[u8]) -> Option<usize>,
-) -> Result<Option<KeysRead>, SinkError> {
-    let failed = |reason: String| SinkError::ReadBack {
+) -> Result<Option<KeysRead>, KafkaClientError> {
+    let failed = |reason: String| KafkaClientError::ReadBack {
         topic: topic.to_string(),
         reason,
     };
@@ -99,7 +99,7 @@ fn read_keys(
         // Each fetch at the end (while another producer's transaction holds the stable
         // offset back) would otherwise sit out the default 500 ms.
         .set("fetch.wait.max.ms", "20");
-    let consumer = |isolation: &str| -> Result<BaseConsumer<Quiet>, SinkError> {
+    let consumer = |isolation: &str| -> Result<BaseConsumer<Quiet>, KafkaClientError> {
         c.clone()
             .set("isolation.level", isolation)
             .create_with_context(Quiet)

@@ -13,9 +13,8 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, Top
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::RDKafkaErrorCode;
 
+use super::{KafkaClientError, KafkaConfig, TopicRule};
 use crate::pattern::Pattern;
-use crate::sink::SinkError;
-use crate::sink::{KafkaConfig, TopicRule};
 
 /// Creates (or, with creation off, looks up) topics once each.
 pub struct TopicCreator {
@@ -53,15 +52,15 @@ fn creation_fix(code: RDKafkaErrorCode) -> &'static str {
 }
 
 /// A creation the broker answered with `code`: for the operator when no retry fixes it.
-fn creation_failed(topic: String, code: RDKafkaErrorCode) -> SinkError {
+fn creation_failed(topic: String, code: RDKafkaErrorCode) -> KafkaClientError {
     if needs_operator(code) {
-        SinkError::TopicRefused {
+        KafkaClientError::TopicRefused {
             topic,
             code,
             fix: creation_fix(code),
         }
     } else {
-        SinkError::CreateTopic {
+        KafkaClientError::CreateTopic {
             topic,
             reason: code.to_string(),
         }
@@ -70,10 +69,10 @@ fn creation_failed(topic: String, code: RDKafkaErrorCode) -> SinkError {
 
 impl TopicCreator {
     /// An admin client with the producer's connection settings.
-    pub fn new(cfg: &KafkaConfig) -> Result<Self, SinkError> {
+    pub fn new(cfg: &KafkaConfig) -> Result<Self, KafkaClientError> {
         let admin = super::client_config(cfg)
             .create()
-            .map_err(SinkError::Create)?;
+            .map_err(KafkaClientError::Create)?;
         let rules = cfg
             .topics
             .rules
@@ -89,7 +88,7 @@ impl TopicCreator {
     }
 
     /// Looks each topic up; a missing or forbidden one is an error for the operator.
-    async fn verify(&self, topics: &[&str]) -> Result<(), SinkError> {
+    async fn verify(&self, topics: &[&str]) -> Result<(), KafkaClientError> {
         let admin = self.admin.clone();
         let wanted: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
         tokio::task::spawn_blocking(move || {
@@ -101,7 +100,7 @@ impl TopicCreator {
                     let md = admin
                         .inner()
                         .fetch_metadata(Some(topic), Duration::from_secs(10))
-                        .map_err(|e| SinkError::CreateTopic {
+                        .map_err(|e| KafkaClientError::CreateTopic {
                             topic: topic.clone(),
                             reason: format!("looking it up failed: {e}"),
                         })?;
@@ -120,12 +119,12 @@ impl TopicCreator {
                 };
                 match error {
                     Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {
-                        return Err(SinkError::TopicMissing {
+                        return Err(KafkaClientError::TopicMissing {
                             topic: topic.clone(),
                         })
                     }
                     Some(code) if needs_operator(code) => {
-                        return Err(SinkError::TopicRefused {
+                        return Err(KafkaClientError::TopicRefused {
                             topic: topic.clone(),
                             code,
                             fix: "the Kafka user may not see it: grant it DESCRIBE and WRITE on the topic",
@@ -139,7 +138,7 @@ impl TopicCreator {
             Ok(())
         })
         .await
-        .map_err(|e| SinkError::CreateTopic {
+        .map_err(|e| KafkaClientError::CreateTopic {
             topic: topics.join(","),
             reason: format!("looking it up failed: {e}"),
         })?
@@ -148,12 +147,16 @@ impl TopicCreator {
     /// Makes sure the one-partition compacted `topic` of exactly-once mode's commit
     /// markers exists (created even with `kafka.topics.create = false`: the router
     /// owns it).
-    pub fn ensure_compacted(&self, topic: &str, what: &'static str) -> Result<(), SinkError> {
+    pub fn ensure_compacted(
+        &self,
+        topic: &str,
+        what: &'static str,
+    ) -> Result<(), KafkaClientError> {
         let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1))
             .set("cleanup.policy", "compact")
             .set("min.compaction.lag.ms", "60000");
         let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-        let failed = |reason: String| SinkError::CreateTopic {
+        let failed = |reason: String| KafkaClientError::CreateTopic {
             topic: topic.to_string(),
             reason,
         };
@@ -181,9 +184,13 @@ impl TopicCreator {
     /// partition (the newest marker is the newest record of partition 0; a lock is one
     /// partition's assignment) and `cleanup.policy=compact` (with `delete` an idle
     /// router's only marker expires and the next start finds none).
-    fn check_compacted_shape(&self, topic: &str, what: &'static str) -> Result<(), SinkError> {
+    fn check_compacted_shape(
+        &self,
+        topic: &str,
+        what: &'static str,
+    ) -> Result<(), KafkaClientError> {
         let timeout = Duration::from_secs(10);
-        let lookup = |e: String| SinkError::CreateTopic {
+        let lookup = |e: String| KafkaClientError::CreateTopic {
             topic: topic.to_string(),
             reason: format!("looking it up failed: {e}"),
         };
@@ -221,7 +228,7 @@ impl TopicCreator {
         }
         match problems.is_empty() {
             true => Ok(()),
-            false => Err(SinkError::TopicShape {
+            false => Err(KafkaClientError::TopicShape {
                 topic: topic.to_string(),
                 what,
                 problems: problems.join("; "),
@@ -234,7 +241,7 @@ impl TopicCreator {
     pub async fn ensure<'t>(
         &self,
         topics: impl IntoIterator<Item = &'t str>,
-    ) -> Result<(), SinkError> {
+    ) -> Result<(), KafkaClientError> {
         let unknown: Vec<&str> = {
             let known = self.known.lock().expect("topic set");
             let mut unknown: Vec<&str> =
@@ -275,12 +282,12 @@ impl TopicCreator {
             .create_topics(&new, &opts)
             .await
             .map_err(|error| match error.rdkafka_error_code() {
-                Some(code) if needs_operator(code) => SinkError::TopicRefused {
+                Some(code) if needs_operator(code) => KafkaClientError::TopicRefused {
                     topic: unknown.join(","),
                     code,
                     fix: creation_fix(code),
                 },
-                _ => SinkError::CreateTopic {
+                _ => KafkaClientError::CreateTopic {
                     topic: unknown.join(","),
                     reason: error.to_string(),
                 },
@@ -300,7 +307,7 @@ impl TopicCreator {
             let admin = self.admin.clone();
             tokio::task::spawn_blocking(move || wait_for_leaders(&admin, &created))
                 .await
-                .map_err(|e| SinkError::CreateTopic {
+                .map_err(|e| KafkaClientError::CreateTopic {
                     topic: unknown.join(","),
                     reason: format!("waiting for leaders failed: {e}"),
                 })??;
@@ -339,7 +346,7 @@ const LEADER_WAIT: Duration = Duration::from_secs(30);
 fn wait_for_leaders(
     admin: &AdminClient<DefaultClientContext>,
     topics: &[String],
-) -> Result<(), SinkError> {
+) -> Result<(), KafkaClientError> {
     let client = admin.inner();
     let started = Instant::now();
     let deadline = started + LEADER_WAIT;
@@ -377,7 +384,7 @@ fn wait_for_leaders(
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 Err(e) => {
-                    return Err(SinkError::CreateTopic {
+                    return Err(KafkaClientError::CreateTopic {
                         topic: topic.clone(),
                         reason: format!(
                             "its partition leaders did not answer within {} s: {e} (before: {last_error})",

@@ -1,0 +1,108 @@
+//! Kafka plumbing beside the stages: the `[kafka]` section, client configuration, the
+//! admin client (topics created and looked up), the consumers that read topics back
+//! (newest record per key of a compacted topic, a topic from a time to its end) and
+//! the probe that tells whether a cluster is reachable. The sink, the standby lock and
+//! the operator commands each build on it; it knows nothing of them.
+
+mod admin;
+mod config;
+mod consumer_markers;
+mod consumer_scan;
+mod error;
+mod probe;
+mod topic_name;
+
+use rdkafka::config::ClientConfig;
+
+pub use admin::TopicCreator;
+pub use config::{KafkaConfig, TopicRule, TopicsConfig};
+pub use consumer_markers::{last, newest, newest_of_keys, Newest};
+pub use consumer_scan::{scan, Scanned};
+pub use error::KafkaClientError;
+pub use probe::{check_properties, check_reachable, client_features, Unreachable};
+pub use topic_name::check_topic;
+
+/// Defaults chosen for an outbox stream; every one can be overridden in config.
+const DEFAULTS: &[(&str, &str)] = &[
+    // Kafka's Java producer (and so Debezium) picks a key's partition by murmur2; with
+    // librdkafka's CRC32 default an aggregate would move partitions on a switch.
+    ("partitioner", "murmur2_random"),
+    ("linger.ms", "5"),
+    ("compression.type", "lz4"),
+    // Beyond librdkafka's internal retries the pipeline restarts from the checkpoint.
+    ("message.timeout.ms", "120000"),
+    // Queue depth and broker round trips for /metrics; parsing costs little at 10 s.
+    ("statistics.interval.ms", "10000"),
+];
+
+/// The producer configuration: defaults, the user's properties, then what the contract fixes.
+pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    for (k, v) in DEFAULTS {
+        c.set(*k, *v);
+    }
+    for (k, v) in &cfg.properties {
+        c.set(k, v);
+    }
+    c.set("bootstrap.servers", &cfg.bootstrap_servers);
+    // Per-aggregate order and no loss: idempotence keeps retries from reordering.
+    c.set("enable.idempotence", "true");
+    c.set("acks", "all");
+    c
+}
+
+/// What is wrong with `[kafka]`, if anything: a property the router fixes, or one
+/// librdkafka refuses. Asked at load, so no later client creation prints a property's
+/// value (librdkafka's error text carries it, and it may be a secret resolved from
+/// `${env:}` or `${file:}`).
+pub fn check(cfg: &KafkaConfig) -> Result<(), String> {
+    for fixed in ["acks", "enable.idempotence", "bootstrap.servers"] {
+        if cfg.properties.contains_key(fixed) {
+            return Err(format!(
+                "kafka.properties.{fixed} cannot be set: the router fixes it (bootstrap.servers: use kafka.bootstrap_servers)"
+            ));
+        }
+    }
+    client_config(cfg)
+        .create_native_config()
+        .map(drop)
+        .map_err(|e| {
+            format!("{} (librdkafka's names: https://github.com/confluentinc/librdkafka/blob/master/CONFIGURATION.md; Java-only properties such as sasl.jaas.config have librdkafka equivalents, e.g. sasl.username / sasl.password)", without_values(&e))
+        })
+}
+
+/// librdkafka's objection to one property on its own (unknown, Java-only, a bad value),
+/// its value hidden; `None` when librdkafka takes it.
+pub fn property_problem(key: &str, value: &str) -> Option<String> {
+    ClientConfig::new()
+        .set(key, value)
+        .create_native_config()
+        .err()
+        .map(|e| without_values(&e))
+}
+
+/// A librdkafka error as text, any configuration value it carries hidden.
+pub fn without_values(e: &rdkafka::error::KafkaError) -> String {
+    match e {
+        rdkafka::error::KafkaError::ClientConfig(_, desc, key, value) => {
+            let desc = match value.is_empty() {
+                true => desc.clone(),
+                false => desc.replace(value.as_str(), "(value hidden)"),
+            };
+            format!("kafka.properties.\"{key}\": {desc}")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// A consumer's configuration: the user's properties (security, …) and the brokers.
+pub fn consumer_config(cfg: &KafkaConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    for (k, v) in &cfg.properties {
+        c.set(k, v);
+    }
+    c.set("bootstrap.servers", &cfg.bootstrap_servers);
+    // Producer properties among them would each log a warning.
+    c.set("log_level", "3");
+    c
+}
