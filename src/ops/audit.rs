@@ -112,7 +112,7 @@ impl<'a> AuditTrail<'a> {
     }
 
     /// Appends `entry` to the file (synced) and sends it to the topic through `sink`.
-    pub async fn write(&self, entry: &AuditEntry, sink: &Sink) -> Result<(), AuditError> {
+    pub async fn write(&self, entry: &AuditEntry, sink: &dyn Sink) -> Result<(), AuditError> {
         let write_failed = |source| AuditError::Write {
             path: self.path.clone(),
             source,

@@ -85,7 +85,7 @@ pub async fn recover(
     let sink = table_sink(config, opts.dry_run)?;
     let filter = RowFilter::default().since(&opts.timestamp_column, since_secs);
     let rows = TableRows::new(filter, &resume_at);
-    let events = republish(config, &mut conn, &rows, &sink, |_| {}).await?;
+    let events = republish(config, &mut conn, &rows, sink.as_ref(), |_| {}).await?;
     if events == 0 && !opts.dry_run && !opts.allow_empty {
         return Err(PipelineError::RecoverFoundNothing {
             since: since_secs,

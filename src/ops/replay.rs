@@ -140,7 +140,7 @@ pub async fn replay(
     let sink = table_sink(config, opts.dry_run).map_err(|e| OpsError::Pipeline(Box::new(e)))?;
     let trail = AuditTrail::new(&config.ops, &config.checkpoint);
     if !opts.dry_run {
-        trail.write(&entry, &sink).await?;
+        trail.write(&entry, sink.as_ref()).await?;
     }
     let mut conn = source::connect(&config.source).await?;
     let flavor = server::flavor(&mut conn).await?;
@@ -151,7 +151,7 @@ pub async fn replay(
     let mut topics = BTreeSet::new();
     let (mut first, mut last, mut handed) = (None, None, 0u64);
     let sent = {
-        let publish = republish(config, &mut conn, &rows, &sink, |r| {
+        let publish = republish(config, &mut conn, &rows, sink.as_ref(), |r| {
             let event_id = r.event.id.to_string();
             first.get_or_insert_with(|| event_id.clone());
             last = Some(event_id);
@@ -186,7 +186,7 @@ pub async fn replay(
     };
     let entry = entry.then(outcome);
     if !opts.dry_run {
-        trail.write(&entry, &sink).await?;
+        trail.write(&entry, sink.as_ref()).await?;
     }
     result.map_err(|e: PipelineError| OpsError::Pipeline(Box::new(e)))?;
     Ok(ReplayReport {

@@ -32,7 +32,7 @@ use crate::checkpoint::CheckpointStore;
 use crate::config::Config;
 use crate::monitor::{Metrics, RestartReason, Role};
 use crate::outbox::OnInvalid;
-use crate::sink::{KafkaSink, Sink, StdoutSink};
+use crate::sink::{KafkaSink, NullSink, Sink, StdoutSink};
 use crate::source::{self, server, BinlogReader, SourceError};
 
 /// Transactions buffered between the reader and the sink. The in-flight window, not
@@ -273,12 +273,13 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     }
     let tables = config.table_patterns();
     start::check_outbox_tables(&mut conn, &tables, metrics).await?;
-    let sink = match sink_kind {
-        SinkKind::Kafka => Sink::Kafka(KafkaSink::new(&config.kafka, &config.delivery, metrics)?),
-        SinkKind::Stdout => Sink::Stdout(StdoutSink),
-        SinkKind::Null => Sink::Null,
+    let sink: Box<dyn Sink> = match sink_kind {
+        SinkKind::Kafka => Box::new(KafkaSink::new(&config.kafka, &config.delivery, metrics)?),
+        SinkKind::Stdout => Box::new(StdoutSink),
+        SinkKind::Null => Box::new(NullSink),
     };
-    let checkpoint = start::start_position(config, store, &mut conn, flavor, &sink).await?;
+    let sink = sink.as_ref();
+    let checkpoint = start::start_position(config, store, &mut conn, flavor, sink).await?;
     metrics.set_checkpoint(&checkpoint);
     let server_id = server::server_id(&mut conn).await?;
     let archived = tokio::select! {
@@ -357,7 +358,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         metrics,
     );
     let acked = ack::acknowledge(
-        &sink,
+        sink,
         rx,
         &stop_reading,
         prefix,

@@ -24,27 +24,28 @@ pub(super) async fn start_position(
     store: &CheckpointStore,
     conn: &mut mysql_async::Conn,
     flavor: server::Flavor,
-    sink: &Sink,
+    sink: &dyn Sink,
 ) -> Result<Checkpoint, PipelineError> {
     let local = store.load()?;
-    if !sink.is_transactional() {
-        if let Some(cp) = local {
-            return Ok(cp);
+    match sink.transactions() {
+        None => {
+            if let Some(cp) = local {
+                return Ok(cp);
+            }
         }
-    } else {
-        match exactly_once_start::resume(config, local)? {
+        Some(transactions) => match exactly_once_start::resume(config, local)? {
             Resume::Marker(cp) => return Ok(cp),
             Resume::Store { checkpoint, seq } => {
                 // Committed as the marker before anything streams: a standby taking
                 // over, or this instance after a crash, resumes here too.
                 let committed = checkpoint.committed_as(seq);
-                sink.begin()?;
-                sink.commit(Some(committed.encode())).await?;
+                transactions.begin()?;
+                transactions.commit(Some(committed.encode())).await?;
                 store.save(&committed)?;
                 return Ok(committed);
             }
             Resume::FirstStart => {}
-        }
+        },
     }
     let snapshot_feature = match config.source.snapshot {
         SnapshotMode::Never => None,
@@ -81,15 +82,15 @@ pub(super) async fn start_position(
     };
     let checkpoint =
         Checkpoint::new(position.clone(), commit_time_ms).on_server(server::server_id(conn).await?);
-    let checkpoint = if sink.is_transactional() {
+    let checkpoint = if let Some(transactions) = sink.transactions() {
         // The start as the first commit marker, before the store has it (a store without
         // a marker is refused): a standby taking over before our first transaction
         // starts here too, not at its own "latest"; and of two instances racing through
         // their first start, the one fenced by the other's `init_transactions` fails
         // this commit, so both end up at the same position.
         let first = checkpoint.committed_as(1);
-        sink.begin()?;
-        sink.commit(Some(first.encode())).await?;
+        transactions.begin()?;
+        transactions.commit(Some(first.encode())).await?;
         first
     } else {
         checkpoint

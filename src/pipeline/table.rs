@@ -14,7 +14,7 @@ use crate::checkpoint::now_ms;
 use crate::config::Config;
 use crate::monitor::{CommandProgress, Metrics};
 use crate::position::Position;
-use crate::sink::Sink;
+use crate::sink::{NullSink, Sink};
 use crate::source::{self, server, RowChange, RowOp, Transaction};
 
 /// Rows published per Kafka round trip.
@@ -47,11 +47,11 @@ impl<'a> TableRows<'a> {
 
 /// Where rows read from tables go: an at-least-once Kafka producer (same event ids; a
 /// table read is never part of an exactly-once transaction), or nowhere for a dry run.
-pub(crate) fn table_sink(config: &Config, dry_run: bool) -> Result<Sink, PipelineError> {
+pub(crate) fn table_sink(config: &Config, dry_run: bool) -> Result<Box<dyn Sink>, PipelineError> {
     if dry_run {
-        return Ok(Sink::Null);
+        return Ok(Box::new(NullSink));
     }
-    Ok(Sink::Kafka(crate::sink::KafkaSink::new(
+    Ok(Box::new(crate::sink::KafkaSink::new(
         &config.kafka,
         &crate::sink::DeliveryConfig::default(),
         &Metrics::default(),
@@ -66,7 +66,7 @@ pub(crate) async fn read_as_records(
     rows: &TableRows<'_>,
     inspect: impl FnMut(&crate::route::Record),
 ) -> Result<u64, PipelineError> {
-    republish(config, conn, rows, &Sink::Null, inspect).await
+    republish(config, conn, rows, &NullSink, inspect).await
 }
 
 /// Publishes the outbox tables' rows that `rows.filter` passes, with their original event
@@ -75,7 +75,7 @@ pub(crate) async fn republish(
     config: &Config,
     conn: &mut mysql_async::Conn,
     rows: &TableRows<'_>,
-    sink: &Sink,
+    sink: &dyn Sink,
     mut inspect: impl FnMut(&crate::route::Record),
 ) -> Result<u64, PipelineError> {
     let metrics = Metrics::default();
@@ -104,9 +104,9 @@ pub(crate) async fn republish(
     for table in &tables {
         total += source::snapshot::count(conn, table, &rows.filter).await?;
     }
-    let task = match sink {
-        Sink::Null => "outbox rows read from the table",
-        _ => "outbox rows published from the table",
+    let task = match sink.discards() {
+        true => "outbox rows read from the table",
+        false => "outbox rows published from the table",
     };
     let mut progress = CommandProgress::new(task, Some(total));
     let mut events = 0u64;
@@ -141,7 +141,10 @@ pub(crate) async fn republish(
             // Exactly-once mode: one Kafka transaction per chunk, without a marker (the
             // checkpoint moves only once every row is out), so a crash part-way sends the
             // rows again: table rows are published at least once.
-            sink.begin()?;
+            let transactions = sink.transactions();
+            if let Some(t) = transactions {
+                t.begin()?;
+            }
             let sent = match sink.send(batch.records).await {
                 Ok(delivery) => delivery.await,
                 Err(e) => Err(e),
@@ -153,11 +156,15 @@ pub(crate) async fn republish(
                 }
                 Err(e) => {
                     sink.abandon();
-                    sink.abort();
+                    if let Some(t) = transactions {
+                        t.abort();
+                    }
                     return Err(e.into());
                 }
             }
-            sink.commit(None).await?;
+            if let Some(t) = transactions {
+                t.commit(None).await?;
+            }
             if let Some(rate) = rows.rate.filter(|r| *r > 0.0) {
                 let due = std::time::Duration::from_secs_f64(events as f64 / rate);
                 if let Some(wait) = due.checked_sub(started.elapsed()) {
@@ -166,11 +173,11 @@ pub(crate) async fn republish(
             }
         }
         // reconcile and dry runs only read: the log says what happened.
-        match sink {
-            Sink::Null => {
+        match sink.discards() {
+            true => {
                 tracing::info!(%table, events, "read outbox rows from the table, publishing nothing")
             }
-            _ => tracing::info!(%table, events, "published outbox rows from the table"),
+            false => tracing::info!(%table, events, "published outbox rows from the table"),
         }
     }
     progress.finish();
@@ -183,7 +190,7 @@ pub(crate) async fn republish(
 pub async fn initial_snapshot(
     config: &Config,
     rows: source::snapshot::RowFilter,
-    sink: &Sink,
+    sink: &dyn Sink,
 ) -> Result<Position, PipelineError> {
     use mysql_async::prelude::Queryable;
     let mut conn = source::connect(&config.source).await?;

@@ -121,119 +121,75 @@ fn is_permanent(error: &KafkaError) -> bool {
     )
 }
 
-/// Where records go.
-pub enum Sink {
-    /// The real thing.
-    Kafka(KafkaSink),
-    /// JSON lines on stdout, for dry runs.
-    Stdout(StdoutSink),
-    /// Acknowledges at once and keeps nothing: measures the source, outbox and route
-    /// stages alone (`bench/compare`'s raw-read contender).
-    Null,
-    /// Acknowledges when a unit test says so.
-    #[cfg(test)]
-    Scripted(scripted::ScriptedSink),
-}
-
-impl Sink {
-    /// True when deliveries are grouped in Kafka transactions (exactly-once mode).
-    pub fn is_transactional(&self) -> bool {
-        match self {
-            Sink::Kafka(k) => k.is_transactional(),
-            #[cfg(test)]
-            Sink::Scripted(s) => s.is_transactional(),
-            _ => false,
-        }
-    }
-
-    /// Opens a Kafka transaction (exactly-once mode; nothing otherwise).
-    pub fn begin(&self) -> Result<(), SinkError> {
-        match self {
-            Sink::Kafka(k) => k.begin(),
-            #[cfg(test)]
-            Sink::Scripted(s) => {
-                s.record(scripted::Call::Begin);
-                Ok(())
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Commits the open Kafka transaction, with its commit `marker` when given (a
-    /// transaction of table rows moves no checkpoint and has none).
-    pub async fn commit(&self, marker: Option<Vec<u8>>) -> Result<(), SinkError> {
-        self.commit_within(marker, Duration::MAX).await
-    }
-
-    /// `commit`, every wait of it ending within `within` (a stop's remaining time).
-    pub async fn commit_within(
-        &self,
-        marker: Option<Vec<u8>>,
-        within: Duration,
-    ) -> Result<(), SinkError> {
-        match self {
-            Sink::Kafka(k) => k.commit(marker, within).await,
-            #[cfg(test)]
-            Sink::Scripted(s) => {
-                let marker = marker
-                    .map(|m| crate::checkpoint::Checkpoint::decode(&m).expect("a checkpoint"));
-                s.record(scripted::Call::Commit(marker));
-                Ok(())
-            }
-            _ => Ok(()),
-        }
-    }
+/// Where records go: handed over in order, each batch's delivery resolving once Kafka
+/// (or stdout) has every record of it.
+pub trait Sink: Send + Sync {
+    /// Hands records over in order; waits only when the producer's queue is full.
+    fn send(&self, records: Vec<Record>) -> BoxFuture<'_, Result<Delivery, SinkError>>;
 
     /// After a failed delivery: drops every record not yet written, so nothing behind
     /// the failed one is written before it is re-sent.
-    pub fn abandon(&self) {
-        match self {
-            Sink::Kafka(k) => k.abandon(),
-            #[cfg(test)]
-            Sink::Scripted(s) => s.record(scripted::Call::Abandon),
-            _ => {}
-        }
-    }
+    fn abandon(&self) {}
 
     /// The real cause of a failure: a fenced producer fails its queued records with
     /// `PurgeQueue`, and only the producer's fatal error says another instance took over.
-    pub fn explain(&self, error: SinkError) -> SinkError {
-        match self {
-            Sink::Kafka(k) => k.explain(error),
-            _ => error,
-        }
+    fn explain(&self, error: SinkError) -> SinkError {
+        error
     }
 
-    /// A failure of a Kafka transaction open for `open_for`, as what it was (see
-    /// `KafkaSink::outlived_transaction_timeout`).
-    pub fn outlived_transaction_timeout(&self, error: SinkError, open_for: Duration) -> SinkError {
-        match self {
-            Sink::Kafka(k) => k.outlived_transaction_timeout(error, open_for),
-            _ => error,
-        }
+    /// The Kafka transactions deliveries are grouped in (exactly-once mode), if any.
+    fn transactions(&self) -> Option<&dyn Transactions> {
+        None
+    }
+
+    /// It keeps nothing it is sent (a read-only pass over table rows, a benchmark).
+    fn discards(&self) -> bool {
+        false
+    }
+}
+
+/// Exactly-once mode's Kafka transactions: records sent between `begin` and `commit`
+/// become visible together with the commit marker, or not at all.
+pub trait Transactions: Send + Sync {
+    /// Opens a Kafka transaction.
+    fn begin(&self) -> Result<(), SinkError>;
+
+    /// Commits the open Kafka transaction, with its commit `marker` when given (a
+    /// transaction of table rows moves no checkpoint and has none); every wait ends
+    /// within `within` (a stop's remaining time; `Duration::MAX`: librdkafka's own).
+    fn commit_within(
+        &self,
+        marker: Option<Vec<u8>>,
+        within: Duration,
+    ) -> BoxFuture<'_, Result<(), SinkError>>;
+
+    /// `commit_within` librdkafka's own time.
+    fn commit(&self, marker: Option<Vec<u8>>) -> BoxFuture<'_, Result<(), SinkError>> {
+        self.commit_within(marker, Duration::MAX)
     }
 
     /// Aborts the open Kafka transaction, if any.
-    pub fn abort(&self) {
-        match self {
-            Sink::Kafka(k) => k.abort(),
-            #[cfg(test)]
-            Sink::Scripted(s) => s.record(scripted::Call::Abort),
-            _ => {}
-        }
+    fn abort(&self);
+
+    /// A failure of a Kafka transaction open for `open_for`, as what it was: past the
+    /// producer's `transaction.timeout.ms` the coordinator aborted it.
+    fn outlived_transaction_timeout(&self, error: SinkError, _open_for: Duration) -> SinkError {
+        error
+    }
+}
+
+/// Acknowledges at once and keeps nothing: measures the source, outbox and route stages
+/// alone (`bench/compare`'s raw-read contender), and reads table rows as records.
+pub struct NullSink;
+
+impl Sink for NullSink {
+    fn send(&self, records: Vec<Record>) -> BoxFuture<'_, Result<Delivery, SinkError>> {
+        let n = records.len();
+        let delivery: Delivery = Box::pin(futures::future::ready(Ok(n)));
+        Box::pin(futures::future::ready(Ok(delivery)))
     }
 
-    /// Hands records over in order; waits only when the producer's queue is full.
-    pub async fn send(&self, records: Vec<Record>) -> Result<Delivery, SinkError> {
-        match self {
-            Sink::Kafka(k) => k.send(records).await,
-            Sink::Stdout(s) => s.send(records),
-            Sink::Null => {
-                let n = records.len();
-                Ok(Box::pin(futures::future::ready(Ok(n))))
-            }
-            #[cfg(test)]
-            Sink::Scripted(s) => Ok(s.send(records)),
-        }
+    fn discards(&self) -> bool {
+        true
     }
 }

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use futures::FutureExt;
 use tokio::sync::oneshot;
 
-use super::{Delivery, SinkError};
+use futures::future::BoxFuture;
+
+use super::{Delivery, Sink, SinkError, Transactions};
 use crate::checkpoint::Checkpoint;
 use crate::route::Record;
 
@@ -52,11 +54,7 @@ impl ScriptedSink {
         }
     }
 
-    pub(super) fn is_transactional(&self) -> bool {
-        self.transactional
-    }
-
-    pub(super) fn send(&self, records: Vec<Record>) -> Delivery {
+    fn deliver(&self, records: Vec<Record>) -> Delivery {
         let (tx, rx) = oneshot::channel();
         let mut script = self.script.lock().unwrap();
         let batch = script.pending.len();
@@ -69,7 +67,7 @@ impl ScriptedSink {
             .boxed()
     }
 
-    pub(super) fn record(&self, call: Call) {
+    fn record(&self, call: Call) {
         self.script.lock().unwrap().calls.push(call);
     }
 
@@ -99,5 +97,40 @@ impl ScriptedSink {
     /// Every call so far.
     pub fn calls(&self) -> Vec<Call> {
         self.script.lock().unwrap().calls.clone()
+    }
+}
+
+impl Sink for ScriptedSink {
+    fn send(&self, records: Vec<Record>) -> BoxFuture<'_, Result<Delivery, SinkError>> {
+        futures::future::ready(Ok(self.deliver(records))).boxed()
+    }
+
+    fn abandon(&self) {
+        self.record(Call::Abandon);
+    }
+
+    fn transactions(&self) -> Option<&dyn Transactions> {
+        self.transactional.then_some(self as &dyn Transactions)
+    }
+}
+
+impl Transactions for ScriptedSink {
+    fn begin(&self) -> Result<(), SinkError> {
+        self.record(Call::Begin);
+        Ok(())
+    }
+
+    fn commit_within(
+        &self,
+        marker: Option<Vec<u8>>,
+        _: std::time::Duration,
+    ) -> BoxFuture<'_, Result<(), SinkError>> {
+        let marker = marker.map(|m| Checkpoint::decode(&m).expect("a checkpoint"));
+        self.record(Call::Commit(marker));
+        futures::future::ready(Ok(())).boxed()
+    }
+
+    fn abort(&self) {
+        self.record(Call::Abort);
     }
 }

@@ -7,15 +7,23 @@ use serde_json::{json, Map, Value};
 
 use crate::bytes_json::bytes_json;
 
-use super::{Delivery, SinkError};
+use futures::future::BoxFuture;
+
+use super::{Delivery, Sink, SinkError};
 use crate::route::Record;
 
 /// Writes records as JSON lines.
 #[derive(Default)]
 pub struct StdoutSink;
 
+impl Sink for StdoutSink {
+    fn send(&self, records: Vec<Record>) -> BoxFuture<'_, Result<Delivery, SinkError>> {
+        futures::future::ready(self.write(records)).boxed()
+    }
+}
+
 impl StdoutSink {
-    pub(super) fn send(&self, records: Vec<Record>) -> Result<Delivery, SinkError> {
+    fn write(&self, records: Vec<Record>) -> Result<Delivery, SinkError> {
         let n = records.len();
         let mut out = std::io::stdout().lock();
         for r in records {

@@ -8,7 +8,6 @@ use super::prefix::Prefix;
 use crate::monitor::Metrics;
 use crate::pipeline::PipelineError;
 use crate::route::Batch;
-use crate::sink::Sink;
 
 pub(super) struct AtLeastOnce;
 
@@ -17,7 +16,7 @@ impl CommitPolicy for AtLeastOnce {
         Duration::from_millis(200)
     }
 
-    fn sending(&mut self, _: &Sink, _: &Batch, _: usize) -> Result<(), PipelineError> {
+    fn sending(&mut self, _: &Batch, _: usize) -> Result<(), PipelineError> {
         Ok(())
     }
 
@@ -29,7 +28,6 @@ impl CommitPolicy for AtLeastOnce {
         &mut self,
         prefix: &mut Prefix<'_>,
         _: &mut InFlight,
-        _: &Sink,
         _: bool,
     ) -> Result<(), PipelineError> {
         prefix.hand_over();
@@ -40,7 +38,6 @@ impl CommitPolicy for AtLeastOnce {
         &mut self,
         prefix: &mut Prefix<'_>,
         _: &mut InFlight,
-        _: &Sink,
         stop: Stop,
     ) -> Option<PipelineError> {
         prefix.hand_over();

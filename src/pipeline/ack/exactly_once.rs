@@ -12,10 +12,11 @@ use super::prefix::Prefix;
 use crate::monitor::Metrics;
 use crate::pipeline::PipelineError;
 use crate::route::Batch;
-use crate::sink::{DeliveryConfig, Sink, SinkError};
+use crate::sink::{DeliveryConfig, SinkError, Transactions};
 
 /// The open Kafka transaction and when it is due.
-pub(super) struct KafkaTransactions {
+pub(super) struct KafkaTransactions<'s> {
+    sink: &'s dyn Transactions,
     /// Records acknowledged in the open transaction, counted once it commits.
     acknowledged: u64,
     is_open: bool,
@@ -38,11 +39,12 @@ pub(super) struct KafkaTransactions {
     backlog: Backlog,
 }
 
-impl KafkaTransactions {
-    /// Transactions sized by `delivery.commit_*`.
-    pub(super) fn new(delivery: &DeliveryConfig) -> Self {
+impl<'s> KafkaTransactions<'s> {
+    /// Transactions of `sink`, sized by `delivery.commit_*`.
+    pub(super) fn new(delivery: &DeliveryConfig, sink: &'s dyn Transactions) -> Self {
         let max_age = Duration::from_millis(delivery.commit_max_ms.max(1));
         Self {
+            sink,
             acknowledged: 0,
             is_open: false,
             at_boundary: true,
@@ -90,7 +92,6 @@ impl KafkaTransactions {
         &mut self,
         prefix: &mut Prefix<'_>,
         in_flight: &mut InFlight,
-        sink: &Sink,
         within: Duration,
     ) -> Result<(), PipelineError> {
         let started = Instant::now();
@@ -98,7 +99,7 @@ impl KafkaTransactions {
             match prefix.settle(done) {
                 Ok(n) => self.acknowledged += n,
                 Err(e) => {
-                    sink.abort();
+                    self.sink.abort();
                     return Err(e);
                 }
             }
@@ -106,7 +107,9 @@ impl KafkaTransactions {
         let drained = started.elapsed();
         crash_point!("txn.before_commit");
         let marker = prefix.next_marker();
-        sink.commit_within(Some(marker.encode()), within).await?;
+        self.sink
+            .commit_within(Some(marker.encode()), within)
+            .await?;
         prefix.marker_committed(&marker);
         tracing::debug!(
             records = self.records,
@@ -126,15 +129,15 @@ impl KafkaTransactions {
     }
 }
 
-impl CommitPolicy for KafkaTransactions {
+impl CommitPolicy for KafkaTransactions<'_> {
     fn tick(&self) -> Duration {
         self.max_age.min(Duration::from_millis(200))
     }
 
     /// The batch goes into the open transaction (opened if need be).
-    fn sending(&mut self, sink: &Sink, batch: &Batch, bytes: usize) -> Result<(), PipelineError> {
+    fn sending(&mut self, batch: &Batch, bytes: usize) -> Result<(), PipelineError> {
         if !self.is_open {
-            sink.begin()?;
+            self.sink.begin()?;
             self.is_open = true;
             self.opened_at = Instant::now();
         }
@@ -153,11 +156,10 @@ impl CommitPolicy for KafkaTransactions {
         &mut self,
         prefix: &mut Prefix<'_>,
         in_flight: &mut InFlight,
-        sink: &Sink,
         waiting: bool,
     ) -> Result<(), PipelineError> {
         match self.due(waiting) {
-            true => self.commit(prefix, in_flight, sink, Duration::MAX).await,
+            true => self.commit(prefix, in_flight, Duration::MAX).await,
             false => Ok(()),
         }
     }
@@ -166,7 +168,6 @@ impl CommitPolicy for KafkaTransactions {
         &mut self,
         prefix: &mut Prefix<'_>,
         in_flight: &mut InFlight,
-        sink: &Sink,
         stop: Stop,
     ) -> Option<PipelineError> {
         let Stop {
@@ -180,15 +181,15 @@ impl CommitPolicy for KafkaTransactions {
             // together. Otherwise nothing of it becomes visible.
             if self.at_boundary && failure.is_none() && drained {
                 let committed = match stop_commit_failpoint() {
-                    Ok(()) => self.commit(prefix, in_flight, sink, within).await,
+                    Ok(()) => self.commit(prefix, in_flight, within).await,
                     Err(e) => {
-                        sink.abort();
+                        self.sink.abort();
                         Err(e)
                     }
                 };
                 failure = committed.err();
             } else {
-                sink.abort();
+                self.sink.abort();
             }
         }
         // A Kafka transaction that outlived its timeout fails like a fenced one.
@@ -196,7 +197,7 @@ impl CommitPolicy for KafkaTransactions {
             let open_for = self.opened_at.elapsed();
             failure = failure.map(|f| match f {
                 PipelineError::Sink(e) => {
-                    PipelineError::Sink(sink.outlived_transaction_timeout(e, open_for))
+                    PipelineError::Sink(self.sink.outlived_transaction_timeout(e, open_for))
                 }
                 other => other,
             });

@@ -69,7 +69,7 @@ impl InFlight {
     /// Hands `batch` (`bytes` of records) to the sink and queues its delivery.
     pub(super) async fn send(
         &mut self,
-        sink: &Sink,
+        sink: &dyn Sink,
         batch: Batch,
         bytes: usize,
         metrics: &Metrics,

@@ -36,26 +36,26 @@ pub(super) use prefix::Prefix;
 /// `pipeline.shutdown_timeout_secs`) and writes the final checkpoint. A transactional
 /// sink (exactly-once mode) groups the batches in Kafka transactions per `delivery`.
 pub(super) async fn acknowledge(
-    sink: &Sink,
+    sink: &dyn Sink,
     batches: mpsc::Receiver<Batch>,
     stop_reading: &CancellationToken,
     prefix: Prefix<'_>,
     pipeline: &PipelineConfig,
     delivery: &DeliveryConfig,
 ) -> Result<(), PipelineError> {
-    match sink.is_transactional() {
-        true => {
-            let policy = KafkaTransactions::new(delivery);
+    match sink.transactions() {
+        Some(transactions) => {
+            let policy = KafkaTransactions::new(delivery, transactions);
             run(policy, prefix, sink, batches, pipeline, stop_reading).await
         }
-        false => run(AtLeastOnce, prefix, sink, batches, pipeline, stop_reading).await,
+        None => run(AtLeastOnce, prefix, sink, batches, pipeline, stop_reading).await,
     }
 }
 
 async fn run<P: CommitPolicy>(
     mut policy: P,
     mut prefix: Prefix<'_>,
-    sink: &Sink,
+    sink: &dyn Sink,
     mut rx: mpsc::Receiver<Batch>,
     pipeline: &PipelineConfig,
     stop_reading: &CancellationToken,
@@ -88,7 +88,7 @@ async fn run<P: CommitPolicy>(
         }
         let waiting = !rx.is_empty();
         if let Err(e) = policy
-            .after_step(&mut prefix, &mut in_flight, sink, waiting)
+            .after_step(&mut prefix, &mut in_flight, waiting)
             .await
         {
             failure = Some(e);
@@ -129,9 +129,7 @@ async fn run<P: CommitPolicy>(
         drained,
         within: stop_by.saturating_duration_since(Instant::now()),
     };
-    let failure = policy
-        .at_stop(&mut prefix, &mut in_flight, sink, stop)
-        .await;
+    let failure = policy.at_stop(&mut prefix, &mut in_flight, stop).await;
     prefix.finish(failure).await
 }
 
@@ -140,11 +138,11 @@ async fn run<P: CommitPolicy>(
 async fn send<P: CommitPolicy>(
     policy: &mut P,
     prefix: &Prefix<'_>,
-    sink: &Sink,
+    sink: &dyn Sink,
     batch: Batch,
     in_flight: &mut InFlight,
 ) -> Result<(), PipelineError> {
     let bytes: usize = batch.records.iter().map(crate::route::Record::size).sum();
-    policy.sending(sink, &batch, bytes)?;
+    policy.sending(&batch, bytes)?;
     in_flight.send(sink, batch, bytes, prefix.metrics()).await
 }

@@ -8,7 +8,6 @@ use super::prefix::Prefix;
 use crate::monitor::Metrics;
 use crate::pipeline::PipelineError;
 use crate::route::Batch;
-use crate::sink::Sink;
 
 /// How a stop found the deliveries.
 pub(super) struct Stop {
@@ -25,7 +24,7 @@ pub(super) trait CommitPolicy {
     fn tick(&self) -> Duration;
 
     /// `batch` (`bytes` of records) is about to go to the sink.
-    fn sending(&mut self, sink: &Sink, batch: &Batch, bytes: usize) -> Result<(), PipelineError>;
+    fn sending(&mut self, batch: &Batch, bytes: usize) -> Result<(), PipelineError>;
 
     /// Kafka acknowledged `records` of a settled delivery.
     fn acknowledged(&mut self, records: u64, metrics: &Metrics);
@@ -35,7 +34,6 @@ pub(super) trait CommitPolicy {
         &mut self,
         prefix: &mut Prefix<'_>,
         in_flight: &mut InFlight,
-        sink: &Sink,
         waiting: bool,
     ) -> Result<(), PipelineError>;
 
@@ -44,7 +42,6 @@ pub(super) trait CommitPolicy {
         &mut self,
         prefix: &mut Prefix<'_>,
         in_flight: &mut InFlight,
-        sink: &Sink,
         stop: Stop,
     ) -> Option<PipelineError>;
 }

@@ -96,7 +96,7 @@ impl Harness {
         &self,
         script: impl FnOnce(mpsc::Sender<Batch>) -> F,
     ) -> Result<(), PipelineError> {
-        let sink = Sink::Scripted(self.sink.clone());
+        let sink = self.sink.clone();
         let prefix = Prefix::new(
             &self.store,
             &Checkpoint::new(at(4), 0),

@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use futures::FutureExt;
 use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -17,7 +18,7 @@ use super::transactions::{
 use crate::kafka::{client_config, KafkaConfig, TopicCreator};
 use crate::monitor::Metrics;
 use crate::route::Record;
-use crate::sink::{Delivery, DeliveryConfig, SinkError};
+use crate::sink::{Delivery, DeliveryConfig, Sink, SinkError, Transactions};
 
 /// Produces records to Kafka.
 pub struct KafkaSink {
@@ -101,67 +102,8 @@ impl KafkaSink {
         })
     }
 
-    /// True in exactly-once mode.
-    pub fn is_transactional(&self) -> bool {
-        self.transactional.is_some()
-    }
-
-    /// Opens a Kafka transaction (exactly-once mode).
-    pub fn begin(&self) -> Result<(), SinkError> {
-        match &self.transactional {
-            Some(t) => t.begin(&self.producer),
-            None => Ok(()),
-        }
-    }
-
-    /// Commits the open Kafka transaction with `marker` (exactly-once mode), every wait
-    /// ending within `within`.
-    pub async fn commit(
-        &self,
-        marker: Option<Vec<u8>>,
-        within: std::time::Duration,
-    ) -> Result<(), SinkError> {
-        match &self.transactional {
-            Some(t) => t.commit(&self.producer, marker, within).await,
-            None => Ok(()),
-        }
-    }
-
-    /// Aborts the open transaction, if any (after a failed delivery).
-    pub fn abort(&self) {
-        if let Some(t) = &self.transactional {
-            t.abort(&self.producer);
-        }
-    }
-
-    /// A failure as what caused it (a fence, in exactly-once mode).
-    pub fn explain(&self, error: SinkError) -> SinkError {
-        match &self.transactional {
-            Some(t) => t.explain(&self.producer, error),
-            None => error,
-        }
-    }
-
-    /// A failure of a Kafka transaction open for `open_for` as what it was: past the
-    /// producer's `transaction.timeout.ms`, the coordinator aborts it (see
-    /// `Transactional::outlived_transaction_timeout`).
-    pub fn outlived_transaction_timeout(&self, error: SinkError, open_for: Duration) -> SinkError {
-        match &self.transactional {
-            Some(t) => t.outlived_transaction_timeout(&self.producer, error, open_for),
-            None => error,
-        }
-    }
-
-    /// Drops every record not yet written (queued, or in flight and not yet answered):
-    /// after one record failed, the ones behind it on its partition must not be written
-    /// before it is sent again, or its aggregate's order breaks. librdkafka delivers
-    /// later records after an earlier one timed out, as soon as the broker is back.
-    pub fn abandon(&self) {
-        self.producer
-            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
-    }
-
-    pub(crate) async fn send(&self, records: Vec<Record>) -> Result<Delivery, SinkError> {
+    /// Hands records over in order; waits only when the producer's queue is full.
+    async fn produce(&self, records: Vec<Record>) -> Result<Delivery, SinkError> {
         self.topics
             .ensure(records.iter().map(|r| &*r.topic))
             .await?;
@@ -251,5 +193,66 @@ impl KafkaSink {
             }
         }
         .boxed())
+    }
+}
+
+impl Sink for KafkaSink {
+    fn send(&self, records: Vec<Record>) -> BoxFuture<'_, Result<Delivery, SinkError>> {
+        Box::pin(self.produce(records))
+    }
+
+    /// Drops every record not yet written (queued, or in flight and not yet answered):
+    /// after one record failed, the ones behind it on its partition must not be written
+    /// before it is sent again, or its aggregate's order breaks. librdkafka delivers
+    /// later records after an earlier one timed out, as soon as the broker is back.
+    fn abandon(&self) {
+        self.producer
+            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+    }
+
+    fn explain(&self, error: SinkError) -> SinkError {
+        match &self.transactional {
+            Some(t) => t.explain(&self.producer, error),
+            None => error,
+        }
+    }
+
+    fn transactions(&self) -> Option<&dyn Transactions> {
+        self.transactional
+            .as_ref()
+            .map(|_| self as &dyn Transactions)
+    }
+}
+
+/// Only reached through `Sink::transactions`, which a producer without a
+/// `transactional.id` does not give.
+impl Transactions for KafkaSink {
+    fn begin(&self) -> Result<(), SinkError> {
+        self.transactional().begin(&self.producer)
+    }
+
+    fn commit_within(
+        &self,
+        marker: Option<Vec<u8>>,
+        within: Duration,
+    ) -> BoxFuture<'_, Result<(), SinkError>> {
+        Box::pin(self.transactional().commit(&self.producer, marker, within))
+    }
+
+    fn abort(&self) {
+        self.transactional().abort(&self.producer);
+    }
+
+    fn outlived_transaction_timeout(&self, error: SinkError, open_for: Duration) -> SinkError {
+        self.transactional()
+            .outlived_transaction_timeout(&self.producer, error, open_for)
+    }
+}
+
+impl KafkaSink {
+    fn transactional(&self) -> &Transactional {
+        self.transactional
+            .as_ref()
+            .expect("transactions() gives only a transactional producer")
     }
 }
