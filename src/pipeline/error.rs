@@ -55,12 +55,6 @@ pub enum PipelineError {
         transactional_id: String,
         how: String,
     },
-    #[error("the checkpoint {checkpoint} is a position in the binlog of server_id {checkpoint_server}, and source points at server_id {server}: a file position only means something on the server that wrote it, and it cannot resume by GTID (source.resume_by, or the checkpoint has no GTID state covering this server's domains). Point source at server {checkpoint_server}; or, after a failover, `recover --since` (re-publishes the outbox rows since the old server's last commit) or `checkpoint set` a position on this server")]
-    CheckpointOfOtherServer {
-        checkpoint: String,
-        checkpoint_server: u32,
-        server: u32,
-    },
     #[error("{0}")]
     Rules(String),
     #[error("value.format = \"avro\" encodes the payload alone; it cannot be combined with envelope placements (table.fields.additional.placement …:envelope)")]
@@ -132,7 +126,7 @@ impl PipelineError {
                 | PipelineError::NoCommitMarker { .. }
                 | PipelineError::StoreWithoutMarker { .. }
                 | PipelineError::MarkerLost { .. }
-                | PipelineError::CheckpointOfOtherServer { .. }
+                | PipelineError::Source(SourceError::CheckpointOfOtherServer { .. })
                 | PipelineError::Checkpoint(CheckpointError::Missing { .. })
         )
     }

@@ -33,7 +33,7 @@ use crate::config::Config;
 use crate::monitor::{Metrics, RestartReason, Role};
 use crate::outbox::OnInvalid;
 use crate::sink::{KafkaSink, NullSink, Sink, StdoutSink};
-use crate::source::{self, server, BinlogReader, SourceError};
+use crate::source::{self, server, SourceError};
 
 /// Transactions buffered between the reader and the sink. The in-flight window, not
 /// this queue, keeps Kafka busy: 16 is as fast as 128 in `bench/backlog` and holds a
@@ -281,60 +281,24 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let sink = sink.as_ref();
     let checkpoint = start::start_position(config, store, &mut conn, flavor, sink).await?;
     metrics.set_checkpoint(&checkpoint);
-    let server_id = server::server_id(&mut conn).await?;
-    let archived = tokio::select! {
-        archived = start::archived_range(config, &mut conn, &checkpoint, server_id) => archived?,
-        _ = shutdown.cancelled() => {
-            info!(checkpoint = %checkpoint.position, "stopped while checking the binlog archive; nothing was read");
-            return Ok(());
-        }
+    let resume = source::ResumeAt {
+        position: &checkpoint.position,
+        server_id: checkpoint.server_id,
+        delivered_through: checkpoint.delivered_through.clone(),
     };
-    let by_gtid = match archived {
-        // Archived files are read by file position, and the server after them too.
-        Some(_) => false,
-        None => server::resume_by_gtid(&config.source, &mut conn, flavor, &checkpoint.position)
-            .await
-            // Another server's file name is not "purged" here: it was never here.
-            .or_else(|e| {
-                start::refuse_other_servers_file(&checkpoint, server_id).and(Err(e.into()))
-            })?,
+    let Some(stream) =
+        source::open_stream(&config.source, conn, flavor, resume, &tables, shutdown).await?
+    else {
+        return Ok(());
     };
-    if !by_gtid {
-        start::refuse_other_servers_file(&checkpoint, server_id)?;
-    }
+    let source::Stream {
+        reader,
+        server_id,
+        by_gtid,
+    } = stream;
     // Every checkpoint from here on points into this server's binlog.
     let checkpoint = checkpoint.on_server(server_id);
     let start = &checkpoint.position;
-    let reader = match archived {
-        Some(range) => {
-            BinlogReader::from_archive(
-                conn,
-                flavor,
-                config.source.server_id,
-                start.clone(),
-                range.files,
-                range.server_from,
-                &tables,
-                config.source.heartbeat(),
-            )
-            .await?
-        }
-        None => {
-            BinlogReader::start(
-                conn,
-                flavor,
-                config.source.server_id,
-                start.clone(),
-                by_gtid,
-                &tables,
-                config.source.heartbeat(),
-            )
-            .await?
-        }
-    }
-    .with_max_transaction_bytes(config.source.max_transaction_bytes)
-    .with_max_xa_held_bytes(config.source.max_xa_held_bytes as u64)
-    .with_delivered_through(checkpoint.delivered_through.clone());
     metrics.set_connected(true);
     info!(position = %start, delivered_through = ?checkpoint.delivered_through.as_ref().map(ToString::to_string), by_gtid, tables = ?config.outbox.tables, "streaming binlog");
 

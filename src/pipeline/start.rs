@@ -2,8 +2,6 @@
 //! first start's position (recorded at once), whether to resume by GTID, and the checks
 //! that must pass before streaming.
 
-use std::path::PathBuf;
-
 use tracing::{info, warn};
 
 use super::exactly_once_start::{self, Resume};
@@ -11,10 +9,9 @@ use super::PipelineError;
 use crate::checkpoint::{Checkpoint, CheckpointStore};
 use crate::config::Config;
 use crate::monitor::Metrics;
-use crate::position::BinlogFile;
 use crate::sink::Sink;
 use crate::source::server;
-use crate::source::{Archive, SnapshotMode, StartFrom};
+use crate::source::{SnapshotMode, StartFrom};
 
 /// Where to start: the checkpoint, else the initial snapshot or `source.start` (stored
 /// at once, so a crash before the first delivery cannot move a `latest` start past
@@ -98,99 +95,6 @@ pub(super) async fn start_position(
     store.save(&checkpoint)?;
     info!(%position, start = ?config.source.start, snapshot = ?config.source.snapshot, "no checkpoint yet: starting here and recorded it");
     Ok(checkpoint)
-}
-
-/// Archived binlog files to read before the server's stream, and where the server takes
-/// over.
-pub(super) struct ArchivedRange {
-    /// From the checkpoint's file up to the server's oldest, each present.
-    pub files: Vec<(BinlogFile, PathBuf)>,
-    /// The oldest file the server holds: streaming continues at its start.
-    pub server_from: BinlogFile,
-}
-
-/// When the server purged the checkpoint's binlog file and `source.archive_dir` holds it:
-/// the files to read from there. `None` when the server still has the file, no archive
-/// is configured, or the checkpoint points into another server's binlog (a failover:
-/// GTIDs find the place there).
-pub(super) async fn archived_range(
-    config: &Config,
-    conn: &mut mysql_async::Conn,
-    checkpoint: &Checkpoint,
-    server_id: u32,
-) -> Result<Option<ArchivedRange>, PipelineError> {
-    let Some(dir) = &config.source.archive_dir else {
-        return Ok(None);
-    };
-    if checkpoint
-        .server_id
-        .is_some_and(|theirs| theirs != server_id)
-    {
-        return Ok(None);
-    }
-    let needed = &checkpoint.position.file;
-    let logs = server::binary_logs(conn).await?;
-    let Some(oldest) = logs.first() else {
-        return Ok(None);
-    };
-    if logs.iter().any(|l| &l.file == needed) || oldest.file.base() != needed.base() {
-        return Ok(None);
-    }
-    let archive = Archive::open(dir, needed)?;
-    // A checkpoint from before server ids were recorded: only files the archive has
-    // make it this server's history.
-    if checkpoint.server_id.is_none() && !archive.holds(needed) {
-        return Ok(None);
-    }
-    info!(checkpoint = %checkpoint.position, archive = %dir.display(), server_from = %oldest.file, "the server purged the checkpoint's binlog: checking the archived files before reading any");
-    // Off the runtime's threads (a range of large files takes a while even at disk
-    // speed), and abandoned when this future is dropped: a shutdown does not wait for it.
-    let stop = StopOnDrop::default();
-    let check = {
-        let (stop, from, until) = (
-            stop.0.clone(),
-            checkpoint.position.clone(),
-            oldest.file.clone(),
-        );
-        let ours = checkpoint.server_id;
-        tokio::task::spawn_blocking(move || archive.range(&from, ours, &until, &stop))
-    };
-    let files = check.await.map_err(|e| PipelineError::TaskFailed {
-        task: "archive check",
-        reason: e.to_string(),
-    })??;
-    info!(checkpoint = %checkpoint.position, archive = %dir.display(), files = files.len(), server_from = %oldest.file, "the server purged the checkpoint's binlog: reading it from the archive");
-    Ok(Some(ArchivedRange {
-        files,
-        server_from: oldest.file.clone(),
-    }))
-}
-
-/// Set when dropped: tells a blocking task its result is no longer wanted.
-#[derive(Default)]
-struct StopOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// A resume by file position is only one on the server whose binlog the checkpoint
-/// points into (a failover to a server without GTIDs renames nothing, but every offset
-/// means something else there).
-pub(super) fn refuse_other_servers_file(
-    checkpoint: &Checkpoint,
-    server_id: u32,
-) -> Result<(), PipelineError> {
-    match checkpoint.server_id {
-        Some(theirs) if theirs != server_id => Err(PipelineError::CheckpointOfOtherServer {
-            checkpoint: checkpoint.position.to_string(),
-            checkpoint_server: theirs,
-            server: server_id,
-        }),
-        _ => Ok(()),
-    }
 }
 
 /// Every exact outbox table name must exist as written (a typo would make its INSERTs

@@ -129,6 +129,12 @@ pub enum SourceError {
     NoGtidToResumeBy { checkpoint: String },
     #[error("server answered unexpectedly: {0}")]
     Unexpected(String),
+    #[error("the checkpoint {checkpoint} is a position in the binlog of server_id {checkpoint_server}, and source points at server_id {server}: a file position only means something on the server that wrote it, and it cannot resume by GTID (source.resume_by, or the checkpoint has no GTID state covering this server's domains). Point source at server {checkpoint_server}; or, after a failover, `recover --since` (re-publishes the outbox rows since the old server's last commit) or `checkpoint set` a position on this server")]
+    CheckpointOfOtherServer {
+        checkpoint: String,
+        checkpoint_server: u32,
+        server: u32,
+    },
     #[error(transparent)]
     Password(#[from] SecretError),
 }
@@ -164,6 +170,7 @@ impl SourceError {
             | SourceError::PreparedXaBlocksMove { .. }
             | SourceError::NoGtidToResumeBy { .. }
             | SourceError::Unexpected(_)
+            | SourceError::CheckpointOfOtherServer { .. }
             | SourceError::Password(_) => false,
         }
     }

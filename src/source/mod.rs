@@ -13,6 +13,7 @@ mod reader;
 mod row;
 pub mod server;
 pub mod snapshot;
+mod start;
 mod transaction;
 
 pub use archive::Archive;
@@ -26,4 +27,5 @@ pub use connect::{connect, connect_as, Missing, SourceError};
 use crate::position::{BinlogFile, GtidState, MariaGtid, Position, TableName};
 pub use reader::BinlogReader;
 pub use row::{RowImage, Rows, TableLayout};
+pub use start::{open_stream, ResumeAt, Stream};
 pub use transaction::{RowChange, RowOp, Transaction};

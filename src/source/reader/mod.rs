@@ -87,7 +87,7 @@ impl BinlogReader {
     /// the server at the start of `server_from`, the oldest file it holds, by file
     /// position, as a replica with `server_id`.
     #[allow(clippy::too_many_arguments)]
-    pub async fn from_archive(
+    pub(in crate::source) async fn from_archive(
         conn: Conn,
         flavor: Flavor,
         server_id: u32,
