@@ -5,13 +5,12 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 
 use super::args::CheckpointAction;
-use outbox_router::checkpoint::{Checkpoint, CheckpointStore, OperatorCommand};
+use outbox_router::checkpoint::CheckpointStore;
 use outbox_router::config::Config;
+use outbox_router::ops;
 use outbox_router::ops::import::offsets::DebeziumOffset;
 use outbox_router::pipeline::FirstStart;
 use outbox_router::position::Position;
-use outbox_router::source;
-use outbox_router::source::server::refuse_move_past_prepared_xa;
 
 /// Shows, sets, creates or removes the stored checkpoint.
 pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<ExitCode> {
@@ -65,22 +64,14 @@ pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<Exi
             ignore_prepared_xa,
         } => {
             let position: Position = position.parse().context("checkpoint set")?;
-            let mut conn = source::connect(&config.source).await?;
-            refuse_move_past_prepared_xa(&mut conn, "checkpoint set", ignore_prepared_xa).await?;
-            let store = CheckpointStore::create(dir)?;
-            let server_id = source::server::server_id(&mut conn).await?;
-            store.save(
-                &Checkpoint::new(position.clone(), 0)
-                    .on_server(server_id)
-                    .set_by(OperatorCommand::CheckpointSet),
-            )?;
+            ops::checkpoint::set(&config.source, dir, &position, ignore_prepared_xa).await?;
             println!("checkpoint set to {position}");
         }
         CheckpointAction::Reset { yes } => {
             if !yes {
                 bail!("checkpoint reset forgets where the router stopped; repeat with --yes to confirm");
             }
-            CheckpointStore::open(dir)?.reset()?;
+            ops::checkpoint::reset(dir)?;
             println!("checkpoint removed from {}", dir.display());
         }
         CheckpointAction::Init => init(config).await?,

@@ -4,6 +4,7 @@
 //!
 //! - `validate`: everything the router needs from the server and Kafka.
 //! - `import`: a config and the first checkpoint from a Debezium connector's.
+//! - `checkpoint`: an operator sets or forgets the stored position.
 //! - `recover`: past a purged binlog, re-publishing from the outbox tables.
 //! - `prune`: delete outbox rows that are provably delivered, in small batches.
 //! - `replay`: publish chosen rows again with their event ids, throttled, audited.
@@ -11,6 +12,7 @@
 //! - `audit`: the trail of every replay.
 
 pub mod audit;
+pub mod checkpoint;
 pub mod import;
 pub mod prune;
 pub mod reconcile;
@@ -39,6 +41,8 @@ pub enum OpsError {
     Kafka(#[from] crate::kafka::KafkaClientError),
     #[error(transparent)]
     Audit(#[from] audit::AuditError),
+    #[error(transparent)]
+    TakeOver(Box<import::TakeOverError>),
     #[error(transparent)]
     Pipeline(Box<crate::pipeline::PipelineError>),
     #[error("nothing selected: give event ids, an aggregate id, an event type, an id range or a time window (`replay --help`)")]
@@ -88,5 +92,11 @@ fn same_server(
             server: server_id,
         }),
         None => Ok(()),
+    }
+}
+
+impl From<import::TakeOverError> for OpsError {
+    fn from(e: import::TakeOverError) -> Self {
+        OpsError::TakeOver(Box::new(e))
     }
 }

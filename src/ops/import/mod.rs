@@ -4,6 +4,9 @@
 
 mod kafka_properties;
 pub mod offsets;
+mod take_offset;
+
+pub use take_offset::{take_over_offset, TakeOverError, TakenOver};
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
