@@ -289,6 +289,60 @@ dir = "/tmp/x"
     }
 
     #[test]
+    fn a_database_password_is_one_reference_read_when_connecting() {
+        let with = |keys: &str| {
+            let text = MINIMAL.replace("user = \"cdc\"", &format!("user = \"cdc\"\n{keys}"));
+            Config::parse(&text, Path::new("t.toml"))
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "from-file\n").unwrap();
+        std::env::set_var("CONFIG_TEST_DB_PASSWORD", "from-env");
+        // The reference and its two shorthands resolve alike.
+        for (keys, expected) in [
+            ("password = \"${env:CONFIG_TEST_DB_PASSWORD}\"", "from-env"),
+            ("password_env = \"CONFIG_TEST_DB_PASSWORD\"", "from-env"),
+            (
+                &format!("password = \"${{file:{}}}\"", file.display()),
+                "from-file",
+            ),
+            (
+                &format!("password_file = \"{}\"", file.display()),
+                "from-file",
+            ),
+        ] {
+            let config = with(keys).unwrap();
+            let password = config.source.password().unwrap().unwrap();
+            assert_eq!(password.expose(), expected, "{keys}");
+            assert_eq!(
+                format!("{:?}", config.source.password),
+                if keys.starts_with("password =") {
+                    "Some(***)"
+                } else {
+                    "None"
+                }
+            );
+        }
+        // Unset: the file loads (commands that only read local state run); connecting
+        // names the variable and never a value.
+        for keys in [
+            "password = \"${env:CONFIG_TEST_UNSET_PASSWORD}\"",
+            "password_env = \"CONFIG_TEST_UNSET_PASSWORD\"",
+        ] {
+            let config = with(keys).unwrap();
+            let err = config.source.password().unwrap_err().to_string();
+            assert!(
+                err.contains("CONFIG_TEST_UNSET_PASSWORD") && err.contains("source.password"),
+                "{err}"
+            );
+        }
+        let err = with("password = \"${env:A}\"\npassword_env = \"A\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("set only one of source.password"), "{err}");
+    }
+
+    #[test]
     fn secret_is_not_printed() {
         assert_eq!(format!("{:?}", Secret::new("hunter2")), "***");
     }

@@ -14,9 +14,12 @@ pub struct OpsConfig {
     /// User `prune` connects as (SELECT and DELETE on the outbox tables, INSERT on an
     /// archive table): the streaming user stays read-only. `prune` refuses to run without it.
     pub user: Option<String>,
-    /// Name of an environment variable holding that user's password.
+    /// That user's password: `"${env:NAME}"` or `"${file:PATH}"`, read when `prune`
+    /// connects.
+    pub password: Option<Secret>,
+    /// Shorthand for `password = "${env:NAME}"`.
     pub password_env: Option<String>,
-    /// File whose first line is that user's password.
+    /// Shorthand for `password = "${file:PATH}"`.
     pub password_file: Option<PathBuf>,
     /// JSON-lines file every replay and republish appends its audit record to
     /// [default: `audit.jsonl` in checkpoint.dir].
@@ -37,6 +40,7 @@ impl Default for OpsConfig {
     fn default() -> Self {
         Self {
             user: None,
+            password: None,
             password_env: None,
             password_file: None,
             audit_file: None,
@@ -49,7 +53,8 @@ impl Default for OpsConfig {
 impl OpsConfig {
     /// `ops.user`'s password, from the configured env variable or file.
     pub fn password(&self) -> Result<Option<Secret>, SecretError> {
-        crate::secret::resolve(
+        crate::secret::resolve_password(
+            self.password.as_ref(),
             self.password_env.as_deref(),
             self.password_file.as_deref(),
             "ops.password",

@@ -49,7 +49,7 @@ pub enum OpsError {
     NothingSelected,
     #[error("no checkpoint in {dir}: nothing is provably delivered yet, so nothing can be pruned; start the router first")]
     NoCheckpoint { dir: String },
-    #[error("prune needs its own database user: set ops.user (with ops.password_env or ops.password_file) to a user with SELECT and DELETE on the outbox tables (and INSERT on an archive table); the streaming user source.user stays read-only")]
+    #[error("prune needs its own database user: set ops.user (with ops.password = \"${{env:NAME}}\" or \"${{file:PATH}}\") to a user with SELECT and DELETE on the outbox tables (and INSERT on an archive table); the streaming user source.user stays read-only")]
     NoPruneUser,
     #[error(
         "{table} has no one-column primary key ({found}): prune deletes by primary key; add one"

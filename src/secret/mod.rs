@@ -45,26 +45,30 @@ impl SecretError {
     }
 }
 
-/// Reads a secret from the environment variable `env` or the first line of `file`
-/// (`key` names the setting in messages); `None` when neither is configured.
-pub fn resolve(
+/// A database password, written one way of three: `password = "${env:NAME}"` or
+/// `"${file:PATH}"` (the form every secret of the file takes), or the shorthands
+/// `password_env = "NAME"` / `password_file = "PATH"` for the same references. Resolved
+/// here, when a command connects, not when the file is loaded: commands that only read
+/// local state (`health`, `checkpoint show`) run without it. `None` when none is set.
+pub fn resolve_password(
+    password: Option<&Secret>,
     env: Option<&str>,
     file: Option<&Path>,
     key: &str,
 ) -> Result<Option<Secret>, SecretError> {
-    if let Some(var) = env {
-        return std::env::var(var)
-            .map(|p| Some(Secret::new(p)))
-            .map_err(|_| {
-                SecretError(format!("environment variable {var} ({key}_env) is not set"))
-            });
-    }
-    if let Some(file) = file {
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| SecretError(format!("cannot read {key}_file {}: {e}", file.display())))?;
-        return Ok(Some(Secret::new(
-            text.lines().next().unwrap_or("").to_string(),
-        )));
-    }
-    Ok(None)
+    let reference = match (password, env, file) {
+        (Some(text), None, None) => text.expose().to_string(),
+        (None, Some(var), None) => format!("${{env:{var}}}"),
+        (None, None, Some(path)) => format!("${{file:{}}}", path.display()),
+        (None, None, None) => return Ok(None),
+        _ => {
+            return Err(SecretError(format!(
+                "set only one of {key}, {key}_env and {key}_file"
+            )))
+        }
+    };
+    reference::expand(&reference, key).map(|p| Some(Secret::new(p)))
 }
+
+/// The config keys `resolve_references` leaves for `resolve_password`.
+pub const RESOLVED_ON_CONNECT: [&str; 2] = ["source.password", "ops.password"];

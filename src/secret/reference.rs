@@ -16,7 +16,12 @@ pub fn resolve_references(root: &mut toml::Value) -> Result<(), SecretError> {
 
 fn walk_mut(value: &mut toml::Value, path: &mut Vec<String>) -> Result<(), SecretError> {
     match value {
-        toml::Value::String(s) if s.contains("${") => *s = expand(s, &key_path(path))?,
+        toml::Value::String(s) if s.contains("${") => {
+            let key = key_path(path);
+            if !super::RESOLVED_ON_CONNECT.contains(&key.as_str()) {
+                *s = expand(s, &key)?;
+            }
+        }
         toml::Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
                 path.push(format!("[{i}]"));
@@ -59,7 +64,7 @@ fn key_path(path: &[String]) -> String {
 }
 
 /// One value with its references resolved.
-fn expand(text: &str, key: &str) -> Result<String, SecretError> {
+pub(super) fn expand(text: &str, key: &str) -> Result<String, SecretError> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = next_reference(rest) {

@@ -21,9 +21,11 @@ pub struct SourceConfig {
     pub port: u16,
     /// Replication user (needs REPLICATION SLAVE, BINLOG MONITOR / REPLICATION CLIENT, SELECT).
     pub user: String,
-    /// Name of an environment variable holding the password.
+    /// The password: `"${env:NAME}"` or `"${file:PATH}"`, read when a command connects.
+    pub password: Option<Secret>,
+    /// Shorthand for `password = "${env:NAME}"`.
     pub password_env: Option<String>,
-    /// File whose first line is the password.
+    /// Shorthand for `password = "${file:PATH}"`.
     pub password_file: Option<PathBuf>,
     /// Replica server id; unique among all replicas of this server.
     pub server_id: u32,
@@ -213,9 +215,10 @@ fn default_connect_timeout_secs() -> u64 {
 }
 
 impl SourceConfig {
-    /// Reads the password from the configured environment variable or file.
+    /// The password, read now from where `password` (or a shorthand) points.
     pub fn password(&self) -> Result<Option<Secret>, SecretError> {
-        crate::secret::resolve(
+        crate::secret::resolve_password(
+            self.password.as_ref(),
             self.password_env.as_deref(),
             self.password_file.as_deref(),
             "source.password",
@@ -242,8 +245,16 @@ impl SourceConfig {
                 "source.tls_mode verify_ca / verify_identity needs source.tls_ca_file".into(),
             );
         }
-        if self.password_env.is_some() && self.password_file.is_some() {
-            return Err("set only one of source.password_env and source.password_file".into());
+        let passwords = [
+            self.password.is_some(),
+            self.password_env.is_some(),
+            self.password_file.is_some(),
+        ];
+        if passwords.iter().filter(|set| **set).count() > 1 {
+            return Err(
+                "set only one of source.password, source.password_env and source.password_file"
+                    .into(),
+            );
         }
         Ok(())
     }

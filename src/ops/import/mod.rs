@@ -120,7 +120,7 @@ pub fn import(config: &BTreeMap<String, String>) -> Imported {
         "# The password is not copied: export it as OUTBOX_DB_PASSWORD."
     )
     .ok();
-    writeln!(source, "password_env = \"OUTBOX_DB_PASSWORD\"").ok();
+    writeln!(source, "password = \"${{env:OUTBOX_DB_PASSWORD}}\"").ok();
     get("database.password");
     let mut kafka = kafka_properties::Translated::default();
     kafka.env.push((

@@ -109,7 +109,7 @@ impl RouterSetup {
                 "host": "127.0.0.1",
                 "port": self.source_port,
                 "user": "cdc",
-                "password_env": "IT_CDC_PASSWORD",
+                "password": "${env:IT_CDC_PASSWORD}",
                 "server_id": self.server_id,
                 "start": self.start,
                 "heartbeat_secs": 1,
