@@ -1,13 +1,15 @@
-//! The `outbox-router` command line: parses, sets up logging, dispatches to `cli`, and
-//! turns the outcome into an exit code (the table is in `cli/mod.rs` and docs/operating.md).
-
-mod cli;
+//! The `outbox-router` command line: parses, sets up logging, dispatches to the
+//! library's `cli`, and turns the outcome into an exit code (the table is in
+//! `cli/mod.rs` and docs/operating.md).
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use cli::args::{Cli, LogFormat};
+use outbox_router::cli::{
+    self,
+    args::{Cli, LogFormat},
+};
 
 /// glibc's malloc spent about 40 % of the router's CPU in profiles (binlog rows and Kafka
 /// records are many small, short-lived allocations); mimalloc serves them from

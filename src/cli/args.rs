@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     version,
     about = "Transactional outbox → Kafka, from the MySQL / MariaDB binlog"
 )]
-pub(crate) struct Cli {
+pub struct Cli {
     /// Configuration file (TOML).
     #[arg(
         short,
@@ -23,13 +23,13 @@ pub(crate) struct Cli {
     pub(crate) config: PathBuf,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
-    pub(crate) log_format: LogFormat,
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-pub(crate) enum LogFormat {
+pub enum LogFormat {
     Text,
     Json,
 }
@@ -180,11 +180,11 @@ pub(crate) struct RecoverArgs {
     #[arg(long)]
     pub(crate) timestamp_column: Option<String>,
     /// Slack before the checkpoint's commit time (clocks, time zones).
-    #[arg(long, alias = "margin-secs", value_parser = outbox_router::units::parse_secs_or_duration, default_value = "10m")]
+    #[arg(long, alias = "margin-secs", value_parser = crate::units::parse_secs_or_duration, default_value = "10m")]
     pub(crate) margin: Duration,
     /// The longest your transactions stay open: a row's timestamp is its INSERT's
     /// time, its COMMIT may come this much later.
-    #[arg(long, alias = "longest-transaction-secs", value_parser = outbox_router::units::parse_secs_or_duration, default_value = "1h")]
+    #[arg(long, alias = "longest-transaction-secs", value_parser = crate::units::parse_secs_or_duration, default_value = "1h")]
     pub(crate) longest_transaction: Duration,
     /// Re-publish rows written from this time on, instead of checkpoint − margins: unix
     /// seconds, RFC 3339 or a duration ago (2h), as `replay --since`.
@@ -206,7 +206,7 @@ pub(crate) struct RecoverArgs {
 #[derive(Args)]
 pub(crate) struct PruneArgs {
     /// Only rows older than this (e.g. 7d, 36h), by their timestamp column.
-    #[arg(long, value_parser = outbox_router::units::parse_secs_or_duration)]
+    #[arg(long, value_parser = crate::units::parse_secs_or_duration)]
     pub(crate) older_than: Duration,
     /// Rows per batch; each batch is one short transaction.
     #[arg(long, default_value_t = 1000)]
@@ -220,10 +220,10 @@ pub(crate) struct PruneArgs {
     pub(crate) timestamp_column: Option<String>,
     /// Also keep rows written less than this before the checkpoint's commit time (clocks,
     /// time zones).
-    #[arg(long, value_parser = outbox_router::units::parse_secs_or_duration, default_value = "10m")]
+    #[arg(long, value_parser = crate::units::parse_secs_or_duration, default_value = "10m")]
     pub(crate) margin: Duration,
     /// How long a batch waits for the router's checkpoint to pass the rows it selected.
-    #[arg(long, value_parser = outbox_router::units::parse_secs_or_duration, default_value = "60s")]
+    #[arg(long, value_parser = crate::units::parse_secs_or_duration, default_value = "60s")]
     pub(crate) wait: Duration,
     /// Copy each batch into this table (DB.TABLE, or TABLE in the outbox's database) in
     /// the same transaction, before deleting it.
@@ -247,7 +247,7 @@ pub(crate) fn parse_time(s: &str) -> Result<i64, String> {
     let at = match humantime::parse_rfc3339_weak(s) {
         Ok(t) => t,
         Err(_) => {
-            let ago = outbox_router::units::parse_duration(s).map_err(|_| {
+            let ago = crate::units::parse_duration(s).map_err(|_| {
                 format!("{s:?} is not a time: give unix seconds, RFC 3339 (2026-12-01T10:00:00Z) or a duration ago (2h, 7d)")
             })?;
             SystemTime::now() - ago
@@ -263,7 +263,7 @@ fn parse_hours(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(h) if h >= 0.0 && h.is_finite() => Ok(h),
         Ok(_) => Err(format!("{s:?} is not a positive number of hours")),
-        Err(_) => outbox_router::units::parse_duration(s).map(|d| d.as_secs_f64() / 3600.0),
+        Err(_) => crate::units::parse_duration(s).map(|d| d.as_secs_f64() / 3600.0),
     }
 }
 
@@ -338,11 +338,11 @@ pub(crate) struct ReconcileArgs {
     #[arg(long)]
     pub(crate) timestamp_column: Option<String>,
     /// How long to wait for the router's checkpoint to pass the rows read.
-    #[arg(long, value_parser = outbox_router::units::parse_secs_or_duration, default_value = "60s")]
+    #[arg(long, value_parser = crate::units::parse_secs_or_duration, default_value = "60s")]
     pub(crate) wait: Duration,
     /// When it does not: rows written this close to the checkpoint's commit time are
     /// in flight, not missing.
-    #[arg(long, value_parser = outbox_router::units::parse_secs_or_duration, default_value = "30s")]
+    #[arg(long, value_parser = crate::units::parse_secs_or_duration, default_value = "30s")]
     pub(crate) grace: Duration,
     /// Compare both channels of a handover: the live topics (a polling relay's) and the
     /// shadow topics (`run --shadow`'s, with its checkpoint); report what either missed.

@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use outbox_router::config::Config;
-use outbox_router::ops::audit::{latest_per_replay, AuditTrail};
+use crate::config::Config;
+use crate::ops::audit::{latest_per_replay, AuditTrail};
 
 /// One line per replay (its outcome), or every entry as JSON lines.
 pub(super) fn run(config: &Config, json: bool) -> Result<ExitCode> {

@@ -5,12 +5,12 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 
 use super::args::CheckpointAction;
-use outbox_router::checkpoint::CheckpointStore;
-use outbox_router::config::Config;
-use outbox_router::ops;
-use outbox_router::ops::import::offsets::DebeziumOffset;
-use outbox_router::pipeline::FirstStart;
-use outbox_router::position::Position;
+use crate::checkpoint::CheckpointStore;
+use crate::config::Config;
+use crate::ops;
+use crate::ops::import::offsets::DebeziumOffset;
+use crate::pipeline::FirstStart;
+use crate::position::Position;
 
 /// Shows, sets, creates or removes the stored checkpoint.
 pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<ExitCode> {
@@ -84,7 +84,7 @@ pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<Exi
 /// position exists.
 async fn init(config: &Config) -> Result<()> {
     let dir = &config.checkpoint.dir;
-    let init = outbox_router::pipeline::init(config).await?;
+    let init = crate::pipeline::init(config).await?;
     match init.store_created {
         true => println!(
             "checkpoint store created in {}; the first run starts at source.start",

@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::config::Config;
 use anyhow::{bail, Context, Result};
-use outbox_router::config::Config;
 
 /// GETs `/health` (or `/ready`) on the monitor address the config names; a wildcard
 /// address is asked on loopback.

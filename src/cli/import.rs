@@ -7,14 +7,14 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
-use outbox_router::config::Config;
-use outbox_router::ops::import::offsets::OffsetStore;
-use outbox_router::ops::import::take_over_offset;
+use crate::config::Config;
+use crate::ops::import::offsets::OffsetStore;
+use crate::ops::import::take_over_offset;
 
 /// Prints the imported config; unmapped keys go to stderr.
 pub(super) fn run(file: &Path) -> Result<ExitCode> {
     let settings = read_connector(file)?;
-    let imported = outbox_router::ops::import::import(&settings);
+    let imported = crate::ops::import::import(&settings);
     print!("{}", imported.toml);
     eprintln!("set before starting (the config references them; no value was copied):");
     for (var, holds) in &imported.env {
@@ -63,6 +63,6 @@ pub(super) async fn offsets(
 fn read_connector(file: &Path) -> Result<BTreeMap<String, String>> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    outbox_router::ops::import::parse_connector(&text)
+    crate::ops::import::parse_connector(&text)
         .with_context(|| format!("reading {}", file.display()))
 }

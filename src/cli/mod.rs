@@ -11,7 +11,7 @@
 //! | 4 | `run`: no safe position to start from (a lost store or commit marker, another server's checkpoint, no store without `--init`): an operator must set one, as the message says; restarting cannot help |
 //! | 64 | usage error: unknown flag, missing argument (sysexits' EX_USAGE) |
 
-pub(crate) mod args;
+pub mod args;
 mod audit;
 mod checkpoint;
 mod docs;
@@ -30,13 +30,13 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
+use crate::checkpoint::CheckpointError;
+use crate::config::Config;
+use crate::pipeline::PipelineError;
 use args::{Cli, Command};
-use outbox_router::checkpoint::CheckpointError;
-use outbox_router::config::Config;
-use outbox_router::pipeline::PipelineError;
 
 /// A usage error (sysexits' EX_USAGE): not 2, which `status` uses for CRITICAL.
-pub(crate) const EXIT_USAGE: u8 = 64;
+pub const EXIT_USAGE: u8 = 64;
 /// `run`: the checkpoint's binlog file is gone from the server.
 const EXIT_PURGED: u8 = 3;
 /// `run`: no safe start position; an operator must set one.
@@ -44,52 +44,46 @@ const EXIT_NEEDS_OPERATOR: u8 = 4;
 /// `status`: it cannot tell (Nagios UNKNOWN).
 const EXIT_UNKNOWN: u8 = 3;
 
-/// Runs the command.
-pub(crate) async fn dispatch(cli: Cli) -> Result<ExitCode> {
-    match &cli.command {
+/// Runs the command; the config file is read only by commands that use it.
+pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
+    let config = || Config::load(&cli.config);
+    match cli.command {
+        Command::Completions { shell } => docs::completions(shell),
+        Command::Man => docs::man(),
         Command::ImportDebezium {
             file,
             offsets: None,
             ..
-        } => return import::run(file),
-        Command::Completions { shell } => return docs::completions(*shell),
-        Command::Man => return docs::man(),
-        _ => {}
-    }
-    let config = Config::load(&cli.config)?;
-    match cli.command {
-        Command::Run {
-            sink,
-            init,
-            shadow: true,
-        } => run::run(&config.into_shadow(), sink, init).await,
-        Command::Run { sink, init, .. } => run::run(&config, sink, init).await,
+        } => import::run(&file),
         Command::ImportDebezium {
             file,
             offsets: Some(store),
             ignore_prepared_xa,
-        } => import::offsets(&config, &file, &store, ignore_prepared_xa).await,
-        // Without --offsets it needs no config and returned above.
-        Command::ImportDebezium { offsets: None, .. } => unreachable!("handled before the config"),
-        Command::Validate => validate::run(&config).await,
+        } => import::offsets(&config()?, &file, &store, ignore_prepared_xa).await,
+        Command::Run {
+            sink,
+            init,
+            shadow: true,
+        } => run::run(&config()?.into_shadow(), sink, init).await,
+        Command::Run { sink, init, .. } => run::run(&config()?, sink, init).await,
+        Command::Validate => validate::run(&config()?).await,
         Command::Status {
             json,
             detect_hours,
             repair_hours,
-        } => status::run(&config, json, detect_hours, repair_hours).await,
-        Command::Recover(args) => recover::run(&config, args).await,
-        Command::Prune(args) => prune::run(&config, args).await,
-        Command::Replay(args) => replay::run(&config, args).await,
-        Command::Audit { json } => audit::run(&config, json),
-        Command::Reconcile(args) => reconcile::run(&cli.config, config, args).await,
-        Command::Checkpoint { action } => checkpoint::run(&config, action).await,
-        Command::Health { ready } => health::run(&config, ready).await,
-        Command::Completions { .. } | Command::Man => unreachable!("answered above"),
+        } => status::run(&config()?, json, detect_hours, repair_hours).await,
+        Command::Recover(args) => recover::run(&config()?, args).await,
+        Command::Prune(args) => prune::run(&config()?, args).await,
+        Command::Replay(args) => replay::run(&config()?, args).await,
+        Command::Audit { json } => audit::run(&config()?, json),
+        Command::Reconcile(args) => reconcile::run(&cli.config, config()?, args).await,
+        Command::Checkpoint { action } => checkpoint::run(&config()?, action).await,
+        Command::Health { ready } => health::run(&config()?, ready).await,
     }
 }
 
 /// The exit code of a failed command.
-pub(crate) fn exit_code_of(e: &anyhow::Error) -> ExitCode {
+pub fn exit_code_of(e: &anyhow::Error) -> ExitCode {
     let purged = e.chain().any(|c| {
         c.downcast_ref::<PipelineError>()
             .is_some_and(PipelineError::is_purged)

@@ -6,8 +6,8 @@ use anyhow::Result;
 use tokio_util::sync::CancellationToken;
 
 use super::args::PruneArgs;
-use outbox_router::config::Config;
-use outbox_router::ops::prune::{prune, PruneOptions, PruneSections};
+use crate::config::Config;
+use crate::ops::prune::{prune, PruneOptions, PruneSections};
 
 /// Prunes (or, dry, counts) and reports per table.
 pub(super) async fn run(config: &Config, args: PruneArgs) -> Result<ExitCode> {

@@ -7,10 +7,10 @@ use anyhow::Result;
 use tokio_util::sync::CancellationToken;
 
 use super::args::ReconcileArgs;
-use outbox_router::config::Config;
-use outbox_router::ops::audit::os_user;
-use outbox_router::ops::reconcile::{reconcile, ReconcileOptions, ReconcileReport};
-use outbox_router::ops::replay::{replay, ReplayOptions, Selection};
+use crate::config::Config;
+use crate::ops::audit::os_user;
+use crate::ops::reconcile::{reconcile, ReconcileOptions, ReconcileReport};
+use crate::ops::replay::{replay, ReplayOptions, Selection};
 
 /// Ids printed per kind (JSON lists them all, up to the report's limit).
 const PRINTED_IDS: usize = 20;

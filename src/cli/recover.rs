@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::args::RecoverArgs;
-use outbox_router::config::Config;
-use outbox_router::ops::recover::{recover, RecoverOptions};
+use crate::config::Config;
+use crate::ops::recover::{recover, RecoverOptions};
 
 /// Re-publishes (or, dry, counts) and reports.
 pub(super) async fn run(config: &Config, opts: RecoverArgs) -> Result<ExitCode> {

@@ -6,10 +6,10 @@ use anyhow::Result;
 use tokio_util::sync::CancellationToken;
 
 use super::args::ReplayArgs;
-use outbox_router::config::Config;
-use outbox_router::ops::audit::os_user;
-use outbox_router::ops::replay::{replay, ReplayOptions, Selection};
-use outbox_router::source::SnapshotMode;
+use crate::config::Config;
+use crate::ops::audit::os_user;
+use crate::ops::replay::{replay, ReplayOptions, Selection};
+use crate::source::SnapshotMode;
 
 /// Replays (or, dry, lists) and prints the audit entry.
 pub(super) async fn run(config: &Config, args: ReplayArgs) -> Result<ExitCode> {

@@ -7,10 +7,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::args::SinkArg;
-use outbox_router::checkpoint::CheckpointStore;
-use outbox_router::config::Config;
-use outbox_router::monitor::{Metrics, RunLock};
-use outbox_router::pipeline::{self, FirstStart, SinkKind};
+use crate::checkpoint::CheckpointStore;
+use crate::config::Config;
+use crate::monitor::{Metrics, RunLock};
+use crate::pipeline::{self, FirstStart, SinkKind};
 
 /// Streams until SIGINT/SIGTERM; `init` creates a missing checkpoint store first.
 pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<ExitCode> {
@@ -19,7 +19,7 @@ pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<Ex
     }
     if matches!(sink, SinkArg::Kafka) {
         // Before `--init` creates anything: a property this build cannot honour stops here.
-        outbox_router::kafka::check_properties(&config.kafka)
+        crate::kafka::check_properties(&config.kafka)
             .map_err(anyhow::Error::msg)
             .context("kafka.properties")?;
     }

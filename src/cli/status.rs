@@ -5,10 +5,10 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 
 use super::EXIT_UNKNOWN;
-use outbox_router::checkpoint::{now_ms, CheckpointStore};
-use outbox_router::config::Config;
-use outbox_router::monitor::{RouterState, RunLock, Status, Unobserved};
-use outbox_router::source;
+use crate::checkpoint::{now_ms, CheckpointStore};
+use crate::config::Config;
+use crate::monitor::{RouterState, RunLock, Status, Unobserved};
+use crate::source;
 
 /// Prints the status (text or JSON); the exit code is the verdict's.
 pub(super) async fn run(
@@ -65,8 +65,7 @@ async fn observe(config: &Config) -> Result<Status> {
         .context("the router's endpoint did not answer and its checkpoint store is not readable")?;
     let mut conn = source::connect(&config.source).await?;
     let mut status =
-        outbox_router::monitor::status::observe(&mut conn, checkpoint.as_ref(), false, None)
-            .await?;
+        crate::monitor::status::observe(&mut conn, checkpoint.as_ref(), false, None).await?;
     if let Some(state) = unobserved
         .as_ref()
         .map(|u| u.router)

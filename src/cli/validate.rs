@@ -4,12 +4,12 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use outbox_router::config::Config;
-use outbox_router::ops::validate::Verdict;
+use crate::config::Config;
+use crate::ops::validate::Verdict;
 
 /// Prints each check; exit 1 on any problem (a warning is none).
 pub(super) async fn run(config: &Config) -> Result<ExitCode> {
-    let findings = outbox_router::ops::validate::validate(config).await;
+    let findings = crate::ops::validate::validate(config).await;
     let (mut failed, mut warned) = (0, 0);
     for f in &findings {
         let label = match f.verdict {

@@ -20,8 +20,6 @@ pub mod recover;
 pub mod replay;
 pub mod validate;
 
-pub use crate::config::OpsConfig;
-
 use crate::checkpoint::CheckpointError;
 use crate::secret::SecretError;
 use crate::source::SourceError;

@@ -25,7 +25,7 @@ use tracing::{error, info, warn};
 
 pub use error::PipelineError;
 pub use exactly_once_start::{record_first_start, FirstStart};
-pub use first_start::{init, Init};
+pub use first_start::init;
 pub(crate) use read::InvalidPolicy;
 
 use crate::checkpoint::CheckpointStore;

@@ -12,10 +12,10 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-pub use config::{DeliveryConfig, DeliveryMode};
+pub use config::DeliveryConfig;
 pub use kafka::{
-    ensure_checkpoint_topic, first_start_of, last_marker, marker_history, record_first_start,
-    FirstStartRecord, KafkaSink, MarkerHistory,
+    ensure_checkpoint_topic, first_start_of, marker_history, record_first_start, KafkaSink,
+    MarkerHistory,
 };
 pub use stdout::StdoutSink;
 

@@ -6,7 +6,7 @@ mod kafka_properties;
 pub mod offsets;
 mod take_offset;
 
-pub use take_offset::{take_over_offset, TakeOverError, TakenOver};
+pub use take_offset::{take_over_offset, TakeOverError};
 
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -22,7 +22,7 @@ mod report;
 mod table_reads;
 mod window;
 
-pub use report::{ReconcileOptions, ReconcileReport, TopicCounts, LISTED_IDS};
+pub use report::{ReconcileOptions, ReconcileReport, LISTED_IDS};
 use table_reads::{name_ids, not_in_table, row_times, wait_for_checkpoint, Kind};
 use window::{fingerprint, id_hash, Expected, IdHash, Window};
 

@@ -86,9 +86,4 @@ impl ReconcileReport {
             .values()
             .all(|t| t.missing == 0 && t.misrouted == 0)
     }
-
-    /// Total missing.
-    pub fn missing(&self) -> u64 {
-        self.topics.values().map(|t| t.missing).sum()
-    }
 }

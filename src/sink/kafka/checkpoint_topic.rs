@@ -10,10 +10,7 @@ use crate::sink::{DeliveryConfig, SinkError};
 
 /// The newest commit marker of `delivery.transactional_id`, read with
 /// `read_committed`: where exactly-once mode resumes.
-pub fn last_marker(
-    cfg: &KafkaConfig,
-    delivery: &DeliveryConfig,
-) -> Result<Option<Vec<u8>>, SinkError> {
+fn last_marker(cfg: &KafkaConfig, delivery: &DeliveryConfig) -> Result<Option<Vec<u8>>, SinkError> {
     Ok(crate::kafka::last(
         cfg,
         &delivery.checkpoint_topic,

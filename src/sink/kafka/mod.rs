@@ -8,7 +8,6 @@ mod producer;
 mod transactions;
 
 pub use checkpoint_topic::{
-    ensure_checkpoint_topic, first_start_of, last_marker, marker_history, record_first_start,
-    FirstStartRecord, MarkerHistory,
+    ensure_checkpoint_topic, first_start_of, marker_history, record_first_start, MarkerHistory,
 };
 pub use producer::KafkaSink;
