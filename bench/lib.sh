@@ -135,7 +135,7 @@ router_config() {
 host = "127.0.0.1"
 port = 3307
 user = "cdc"
-password_env = "OUTBOX_DB_PASSWORD"
+password = "\${env:OUTBOX_DB_PASSWORD}"
 server_id = $((RUN % 100000 + 300000))
 start = "$start"
 [outbox]

@@ -16,7 +16,8 @@ pub use command_progress::CommandProgress;
 pub use config::MonitorConfig;
 pub use http::serve;
 pub use metrics::{
-    MetricDef, MetricKind, Metrics, RestartReason, Snapshot, ABSENT_WHILE_UNKNOWN, CATALOG,
+    MetricDef, MetricKind, Metrics, Produced, RestartReason, Snapshot, ABSENT_WHILE_UNKNOWN,
+    CATALOG,
 };
 pub use progress::Progress;
 pub use role::Role;

@@ -146,6 +146,10 @@ catalog! {
     producer_queue_messages: IntGauge => Gauge "kafka_producer_queue_messages" [];
     /// Bytes in librdkafka's producer queues (statistics.interval.ms)
     producer_queue_bytes: IntGauge => Gauge "kafka_producer_queue_bytes" [];
+    /// Records the current producer has sent to the brokers (statistics.interval.ms)
+    produce_records: IntGauge => Gauge "kafka_produce_records" [];
+    /// Produce requests the current producer has sent (statistics.interval.ms)
+    produce_requests: IntGauge => Gauge "kafka_produce_requests" [];
     /// Mean broker round-trip time over librdkafka's last statistics window, by broker
     broker_rtt_avg: Family<Labels, FloatGauge> => Gauge "kafka_broker_rtt_avg_seconds" ["broker"];
     /// 99th percentile of the broker round-trip time over librdkafka's last statistics window, by broker

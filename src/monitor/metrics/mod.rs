@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 
 use catalog::{Labels, Registered};
 pub use catalog::{MetricDef, MetricKind, ABSENT_WHILE_UNKNOWN, CATALOG};
+pub use kafka_stats::Produced;
 
 use super::role::RoleState;
 use super::{Progress, Status};
