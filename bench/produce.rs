@@ -60,6 +60,9 @@ impl ProducerContext for Ctx {
 }
 
 fn main() -> Result<()> {
+    // From process start, as the router is timed: client creation and the first
+    // metadata count.
+    let start = Instant::now();
     let args = Args::parse();
     let counts = Arc::new(Counts::default());
     // Exactly the router's producer configuration.
@@ -75,7 +78,6 @@ fn main() -> Result<()> {
         .map(|t| format!("{}.Type{t}", args.prefix))
         .collect();
     let pad = "x".repeat(160);
-    let start = Instant::now();
     for seq in 1..=args.count {
         let id = format!("raw-{seq}");
         let key = format!("agg-{}", seq % 10_000);

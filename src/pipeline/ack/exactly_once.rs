@@ -12,7 +12,7 @@ use super::prefix::Prefix;
 use crate::monitor::Metrics;
 use crate::pipeline::PipelineError;
 use crate::route::Batch;
-use crate::sink::{DeliveryConfig, SinkError, Transactions};
+use crate::sink::{DeliveryConfig, Transactions};
 
 /// The open Kafka transaction and when it is due.
 pub(super) struct KafkaTransactions<'s> {
@@ -37,6 +37,10 @@ pub(super) struct KafkaTransactions<'s> {
     max_backlog_bytes: usize,
     /// Whether the batches it takes come from a backlog.
     backlog: Backlog,
+    /// How long the last commit took (drain, marker, `EndTxn`): caught up, a record
+    /// waits for its transaction's age limit and then for the commit, so the limit is
+    /// reached that much earlier (up to half of it) and `commit_max_ms` bounds the wait.
+    commit_took: Duration,
 }
 
 impl<'s> KafkaTransactions<'s> {
@@ -65,6 +69,7 @@ impl<'s> KafkaTransactions<'s> {
             ),
             // A reader quiet for as long as a caught-up transaction lasts has caught up.
             backlog: Backlog::new(max_age),
+            commit_took: Duration::ZERO,
         }
     }
 
@@ -81,7 +86,8 @@ impl<'s> KafkaTransactions<'s> {
                 || self.records >= self.max_backlog_records
                 || self.bytes >= self.max_backlog_bytes
         } else {
-            self.records >= self.max_records || age >= self.max_age
+            let ahead = self.commit_took.min(self.max_age / 2);
+            self.records >= self.max_records || age + ahead >= self.max_age
         }
     }
 
@@ -121,6 +127,7 @@ impl<'s> KafkaTransactions<'s> {
         self.is_open = false;
         self.records = 0;
         self.bytes = 0;
+        self.commit_took = started.elapsed();
         let metrics = prefix.metrics();
         metrics.kafka_transaction_committed();
         metrics.acked(std::mem::take(&mut self.acknowledged));
@@ -210,7 +217,7 @@ impl CommitPolicy for KafkaTransactions<'_> {
 /// commit marker does.
 fn stop_commit_failpoint() -> Result<(), PipelineError> {
     fail::fail_point!("txn.stop_commit_fails", |_| Err(PipelineError::Sink(
-        SinkError::MarkerUnproven {
+        crate::sink::SinkError::MarkerUnproven {
             transactional_id: "(failpoint)".into(),
             topic: "(failpoint)".into(),
             why: "not acknowledged in time",
