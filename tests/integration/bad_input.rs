@@ -307,6 +307,22 @@ async fn config_errors_name_file_line_and_fix() {
         err.contains("IT_CDC_PASSWORD") && err.contains("not set"),
         "{err}"
     );
+    // The database password is read when a command connects: one that reads only the
+    // local store runs where the variable is not set.
+    let init = setup.cli(&["checkpoint", "init"]);
+    assert!(init.status.success(), "{init:?}");
+    let show = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-router"))
+        .arg("--config")
+        .arg(setup.config_path())
+        .args(["checkpoint", "show"])
+        .env_remove("IT_CDC_PASSWORD")
+        .output()
+        .unwrap();
+    assert!(
+        show.status.success(),
+        "checkpoint show needs no password: {}",
+        String::from_utf8_lossy(&show.stderr)
+    );
 }
 
 /// A usage error exits 64 (EX_USAGE), never 2, which `status` keeps for CRITICAL as

@@ -102,12 +102,9 @@ impl<'s> KafkaTransactions<'s> {
     ) -> Result<(), PipelineError> {
         let started = Instant::now();
         while let Some(done) = in_flight.next().await {
-            match prefix.settle(done) {
-                Ok(n) => self.acknowledged += n,
-                Err(e) => {
-                    self.sink.abort();
-                    return Err(e);
-                }
+            if let Err(e) = self.settle(prefix, done) {
+                self.sink.abort();
+                return Err(e);
             }
         }
         let drained = started.elapsed();

@@ -67,7 +67,7 @@ async fn run<P: CommitPolicy>(
         tokio::select! {
             biased;
             Some(done) = in_flight.next(), if !in_flight.is_empty() => {
-                if let Err(e) = prefix.settle(done).map(|n| policy.acknowledged(n, prefix.metrics())) {
+                if let Err(e) = policy.settle(&mut prefix, done) {
                     failure = Some(e);
                     break;
                 }
@@ -108,9 +108,8 @@ async fn run<P: CommitPolicy>(
     let drained = tokio::time::timeout(deadline, async {
         while let Some(done) = in_flight.next().await {
             if failure.is_none() {
-                match prefix.settle(done) {
-                    Ok(n) => policy.acknowledged(n, prefix.metrics()),
-                    Err(e) => failure = Some(e),
+                if let Err(e) = policy.settle(&mut prefix, done) {
+                    failure = Some(e);
                 }
             }
         }

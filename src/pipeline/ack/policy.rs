@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::in_flight::InFlight;
+use super::in_flight::{InFlight, Settled};
 use super::prefix::Prefix;
 use crate::monitor::Metrics;
 use crate::pipeline::PipelineError;
@@ -28,6 +28,14 @@ pub(super) trait CommitPolicy {
 
     /// Kafka acknowledged `records` of a settled delivery.
     fn acknowledged(&mut self, records: u64, metrics: &Metrics);
+
+    /// A settled delivery: the prefix moves (or its failure returns), and its records
+    /// count as the policy counts them.
+    fn settle(&mut self, prefix: &mut Prefix<'_>, done: Settled) -> Result<(), PipelineError> {
+        let records = prefix.settle(done)?;
+        self.acknowledged(records, prefix.metrics());
+        Ok(())
+    }
 
     /// After each step of the acker; `waiting`: the reader has batches ready.
     async fn after_step(
