@@ -52,20 +52,43 @@ write_backlog() {
   done
 }
 
-# Fetches Debezium and the Kafka Connect runtime from Maven once.
+# Fetches Debezium and the Kafka Connect runtime from Maven, again whenever the pom changes.
 DBZ=$ROOT/.local/debezium/libs
 fetch_debezium() {
-  if [ ! -f "$DBZ/.complete" ]; then
+  local pom=$ROOT/bench/debezium/pom.xml want
+  want=$(sha256sum "$pom" | cut -c1-16)
+  if [ "$(cat "$DBZ/.complete" 2>/dev/null)" != "$want" ]; then
     log "fetching Debezium + Kafka Connect jars"
-    mvn -q -B -f "$ROOT/bench/debezium/pom.xml" dependency:copy-dependencies -DoutputDirectory="$DBZ" >"$W/mvn.log" 2>&1
-    touch "$DBZ/.complete"
+    rm -rf "$DBZ"
+    timeout 900 mvn -q -B -f "$pom" dependency:copy-dependencies -DoutputDirectory="$DBZ" >"$W/mvn.log" 2>&1 ||
+      { log "Maven could not fetch Debezium; see $W/mvn.log"; tail -20 "$W/mvn.log" >&2; return 1; }
+    echo "$want" > "$DBZ/.complete"
   fi
+}
+
+# Seconds to wait for "$1" records before calling a contender stuck: generous for the
+# slowest one (Debezium, about 12,000 events/s here), bounded so a stuck run fails
+# within minutes instead of holding CI to its limit.
+await_secs() { echo $((120 + $1 / 2000)); }
+
+# Prints what Connect says of the connector (its task's trace when it failed) and the
+# end of its log, after a Debezium run did not deliver.
+debezium_explain() {
+  log "Debezium did not deliver; connector status:"
+  curl -s --max-time 5 "127.0.0.1:8083/connectors/outbox-$RUN/status" >&2 || log "(Connect's REST API does not answer)"
+  echo >&2
+  log "the end of its log ($1):"
+  tail -40 "$1" >&2
 }
 
 # Writes Connect standalone + Debezium MariaDB connector + EventRouter configs routing
 # to "$1.Type<n>", and sets CONNECT to the command that runs it.
 debezium_config() {
   local prefix=$1
+  # Debezium is on the classpath. An empty plugin.path makes Connect scan the working
+  # directory, the checkout with target/ and .local/: 20–40 s here at every start, and
+  # more the more the checkout holds.
+  mkdir -p "$W/plugins"
   cat > "$W/worker.properties" <<P
 bootstrap.servers=$B
 key.converter=org.apache.kafka.connect.storage.StringConverter
@@ -73,7 +96,7 @@ value.converter=org.apache.kafka.connect.storage.StringConverter
 offset.storage.file.filename=$W/connect.offsets
 offset.flush.interval.ms=1000
 listeners=http://127.0.0.1:8083
-plugin.path=
+plugin.path=$W/plugins
 P
   cat > "$W/connector.properties" <<P
 name=outbox-$RUN
@@ -173,7 +196,7 @@ debezium_prime() {
     SQL -e "INSERT INTO $DB.tick VALUES (1)"
     sleep 1
   done
-  kill -TERM $pid; wait $pid 2>/dev/null || true
+  finish $pid
   [ -s "$W/connect.offsets" ] || { log "Debezium stored no offset; see $W/prime.log"; return 1; }
 }
 
@@ -213,19 +236,38 @@ server_cpu() {
   fi
 }
 
+# Stops a contender started in the background as "$1" (time(1) wrapping it, or the
+# process itself): SIGTERM, up to 60 s for it to end, then SIGKILL, so a contender that
+# does not stop cannot hold the run.
+finish() {
+  local pid=$1 target
+  target=$(pgrep -P "$pid" || true)
+  target=${target:-$pid}
+  kill -TERM "$target" 2>/dev/null || true
+  for _ in $(seq 1 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "process $target did not stop within 60 s of SIGTERM; killing it"
+    kill -KILL "$target" "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+
 # "$2 - $1" for server_cpu readings, "n/a" when either is not measured.
 cpu_diff() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "nan" || b == "nan") print "n/a"; else printf "%.2f\n", b - a }'; }
 
 # Waits until the router with metrics on port "$1" has acknowledged "$2" events; fails
-# when process "$3" (the router, or the time(1) wrapping it) exits first.
+# when process "$3" (the router, or the time(1) wrapping it) exits first, or when the
+# count does not arrive within await_secs.
 await_acked() {
-  local port=$1 n=$2 pid=$3 acked
+  local port=$1 n=$2 pid=$3 acked deadline
+  deadline=$(($(date +%s) + $(await_secs "$n")))
   while :; do
     kill -0 "$pid" 2>/dev/null || { log "router exited early"; return 1; }
     # The port is not open for the first polls: that is not a failure.
     acked=$({ curl -s --max-time 2 "127.0.0.1:$port/metrics" 2>/dev/null || true; } |
       awk '/^outbox_router_events_acked_total/ {print $2}')
     [ "${acked:-0}" -ge "$n" ] && return 0
+    [ "$(date +%s)" -lt "$deadline" ] || { log "router acknowledged ${acked:-0} of $n events within $(await_secs "$n") s"; return 1; }
     sleep 0.05
   done
 }
