@@ -201,6 +201,9 @@ impl Config {
         if let Some(registry) = &self.value.registry {
             registry.check()?;
         }
+        if self.value.format == crate::route::ValueFormat::CloudEvents {
+            crate::route::CloudEvents::new(&self.value.cloudevents)?;
+        }
         // The dead-letter topic is the outbox's setting, checked by the route's rules.
         crate::kafka::check_topic(&self.outbox.dead_letter_topic)
             .map_err(|e| format!("outbox.dead_letter_topic: {e}"))?;

@@ -19,6 +19,7 @@ const SECTIONS: &[&str] = &[
     "route",
     "value",
     "value.registry",
+    "value.cloudevents",
     "kafka",
     "kafka.topics",
     "kafka.topics.rule",

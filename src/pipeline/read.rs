@@ -12,21 +12,29 @@ use crate::config::Config;
 use crate::monitor::Metrics;
 use crate::outbox::{Mapper, OnInvalid};
 use crate::route::ValueFormat;
-use crate::route::{AvroValues, Batch, Router};
+use crate::route::{AvroValues, Batch, CloudEvents, Router};
 use crate::source::{BinlogReader, Transaction};
 
 /// The outbox and route stages, as configured (schemas loaded and, with a registry,
 /// registered).
 pub(crate) async fn stages(config: &Config) -> Result<(Mapper, Router), PipelineError> {
     let rules = std::sync::Arc::new(config.rules().map_err(PipelineError::Rules)?);
-    let avro = match config.value.format {
-        ValueFormat::Json => None,
+    let (mut avro, mut cloudevents) = (None, None);
+    match config.value.format {
+        ValueFormat::Json => {}
         ValueFormat::Avro if rules.has_envelope() => return Err(PipelineError::AvroWithEnvelope),
-        ValueFormat::Avro => Some(std::sync::Arc::new(AvroValues::load(&config.value).await?)),
-    };
+        ValueFormat::Avro => {
+            avro = Some(std::sync::Arc::new(AvroValues::load(&config.value).await?))
+        }
+        ValueFormat::CloudEvents => {
+            cloudevents =
+                Some(CloudEvents::new(&config.value.cloudevents).map_err(PipelineError::Rules)?)
+        }
+    }
     let mapper = Mapper::new(rules.clone());
-    let router =
-        Router::new(rules, &config.route, config.kafka.max_message_bytes()).with_avro(avro);
+    let router = Router::new(rules, &config.route, config.kafka.max_message_bytes())
+        .with_avro(avro)
+        .with_cloudevents(cloudevents);
     Ok((mapper, router))
 }
 

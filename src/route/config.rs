@@ -11,9 +11,13 @@ use crate::secret::Secret;
 #[serde(deny_unknown_fields)]
 pub struct ValueConfig {
     /// `json`: the payload column's bytes as stored; `avro`: the JSON payload validated
-    /// and encoded against a schema from `schemas`.
+    /// and encoded against a schema from `schemas`; `cloudevents`: a CloudEvent per
+    /// the Kafka protocol binding (see `cloudevents`).
     #[serde(default)]
     pub format: ValueFormat,
+    /// CloudEvents settings (`format = "cloudevents"` only).
+    #[serde(default)]
+    pub cloudevents: CloudEventsConfig,
     /// Directory of `.avsc` files (Avro only).
     #[serde(default = "default_schemas_dir")]
     pub schemas: PathBuf,
@@ -34,6 +38,7 @@ impl Default for ValueConfig {
             schemas: default_schemas_dir(),
             schema_by: default_schema_by(),
             registry: None,
+            cloudevents: CloudEventsConfig::default(),
         }
     }
 }
@@ -47,6 +52,64 @@ pub enum ValueFormat {
     Json,
     /// Avro, validated against a schema.
     Avro,
+    /// A CloudEvent (Kafka protocol binding 1.0) carrying the payload as its data.
+    #[serde(rename = "cloudevents")]
+    CloudEvents,
+}
+
+/// `[value.cloudevents]`: how an outbox event becomes a CloudEvent.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CloudEventsConfig {
+    /// `structured`: the value is the JSON event format (`application/cloudevents+json`);
+    /// `binary`: the value is the payload as stored, the attributes `ce_*` headers.
+    #[serde(default)]
+    pub mode: CloudEventsMode,
+    /// The `source` attribute, a URI-reference; `${database}`, `${table}` and
+    /// `${aggregate_type}` are replaced per event.
+    #[serde(default = "default_ce_source")]
+    pub source: String,
+    /// The record header (as the outbox columns place it) whose value is the `type`
+    /// attribute: `type` is where the event type column goes by default.
+    #[serde(default = "default_ce_type_header")]
+    pub type_header: String,
+    /// The `datacontenttype` attribute: what the payload column holds.
+    #[serde(default = "default_ce_content_type")]
+    pub data_content_type: String,
+}
+
+impl Default for CloudEventsConfig {
+    fn default() -> Self {
+        Self {
+            mode: CloudEventsMode::default(),
+            source: default_ce_source(),
+            type_header: default_ce_type_header(),
+            data_content_type: default_ce_content_type(),
+        }
+    }
+}
+
+/// The CloudEvents Kafka binding's two content modes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CloudEventsMode {
+    /// The whole event in the value, as JSON.
+    #[default]
+    Structured,
+    /// The data in the value, the attributes in `ce_` headers.
+    Binary,
+}
+
+fn default_ce_source() -> String {
+    "/outbox/${database}/${table}".into()
+}
+
+fn default_ce_type_header() -> String {
+    "type".into()
+}
+
+fn default_ce_content_type() -> String {
+    "application/json".into()
 }
 
 /// A Confluent-compatible schema registry.

@@ -2,14 +2,20 @@
 //! (regex + replacement, `outbox.event.${routedByValue}` by default), key = aggregate
 //! id, event id and additional columns as headers, value = the payload bytes unchanged,
 //! or a JSON envelope when columns are placed in one, or a tombstone; with
-//! `value.format = "avro"` the payload encoded against its schema.
+//! `value.format = "avro"` the payload encoded against its schema; with
+//! `value.format = "cloudevents"` a CloudEvent around it.
 
 mod avro;
+mod cloudevents;
 mod config;
 mod registry;
 
 pub use avro::{AvroError, AvroValues, SharedAvro};
-pub use config::{RegistryConfig, RouteConfig, SubjectStrategy, ValueConfig, ValueFormat};
+pub use cloudevents::CloudEvents;
+pub use config::{
+    CloudEventsConfig, CloudEventsMode, RegistryConfig, RouteConfig, SubjectStrategy, ValueConfig,
+    ValueFormat,
+};
 pub use registry::{Registry, RegistryError};
 
 use std::collections::HashMap;
@@ -90,6 +96,8 @@ pub struct Router {
     max_record_bytes: usize,
     /// Avro encoding of values, when configured.
     avro: Option<SharedAvro>,
+    /// CloudEvents around values, when configured.
+    cloudevents: Option<CloudEvents>,
     /// Topic per route value, so the regex runs once per aggregate type, not per event.
     topics: Arc<Mutex<HashMap<String, Arc<str>>>>,
     /// Put before every topic (`run --shadow`); empty otherwise.
@@ -110,6 +118,7 @@ impl Router {
             event_id_header: cfg.event_id_header.clone(),
             max_record_bytes,
             avro: None,
+            cloudevents: None,
             topics: Arc::default(),
             topic_prefix: match cfg.shadow {
                 true => cfg.shadow_prefix.clone(),
@@ -128,6 +137,12 @@ impl Router {
     /// Encodes values as Avro with these schemas.
     pub fn with_avro(mut self, avro: Option<SharedAvro>) -> Self {
         self.avro = avro;
+        self
+    }
+
+    /// Wraps values as CloudEvents with these settings.
+    pub fn with_cloudevents(mut self, cloudevents: Option<CloudEvents>) -> Self {
+        self.cloudevents = cloudevents;
         self
     }
 
@@ -236,6 +251,17 @@ impl Router {
                 Err(reason) => return Ok(Err(InvalidEvent::of(&e, reason))),
             }
         }
+        let tombstone = value.is_none() && self.rules.tombstone_on_empty;
+        if let (Some(ce), false) = (&self.cloudevents, tombstone) {
+            let time_ms = e.timestamp_ms.unwrap_or(commit_time_ms);
+            match ce.wrap(&e, value.take(), time_ms) {
+                Ok(wrapped) => {
+                    value = wrapped.value;
+                    e.headers.extend(wrapped.headers);
+                }
+                Err(reason) => return Ok(Err(InvalidEvent::of(&e, reason))),
+            }
+        }
         if !moved {
             if let Err(reason) = self.fits(&e, value.as_ref().map_or(0, Vec::len)) {
                 return Ok(Err(InvalidEvent::of(&e, reason)));
@@ -273,9 +299,10 @@ impl Router {
         headers
     }
 
-    /// The value is the payload as stored (no Avro, no envelope): it moves, not copies.
+    /// The value is the payload as stored (no Avro, no envelope, no CloudEvent): it
+    /// moves, not copies.
     fn moves_payload(&self) -> bool {
-        self.avro.is_none() && !self.rules.has_envelope()
+        self.avro.is_none() && self.cloudevents.is_none() && !self.rules.has_envelope()
     }
 
     /// Kafka would reject a record over the producer's `message.max.bytes`.
@@ -306,7 +333,8 @@ impl Router {
             return e.payload.take();
         }
         if !self.rules.has_envelope() {
-            // Avro still reads the event whole.
+            // Avro or the CloudEvent still reads the event whole, and an invalid row's
+            // report shows its payload.
             return e.payload.clone();
         }
         let payload = match &e.payload {
@@ -373,5 +401,51 @@ mod tests {
             names(&dead.headers),
             ["id", "reason", "position", "table", "replay"]
         );
+    }
+
+    /// With Debezium's tombstone option an empty payload stays a tombstone under
+    /// CloudEvents (no event, no `ce_` headers); a payload becomes a CloudEvent.
+    #[test]
+    fn cloudevents_leave_tombstones_alone() {
+        let options = [("route.tombstone.on.empty.payload", "true")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let rules = Arc::new(Rules::from_debezium(&options).unwrap());
+        let ce = CloudEvents::new(&CloudEventsConfig {
+            mode: CloudEventsMode::Binary,
+            ..CloudEventsConfig::default()
+        })
+        .unwrap();
+        let router =
+            Router::new(rules, &RouteConfig::default(), 1 << 20).with_cloudevents(Some(ce));
+        let event = |payload: &[u8]| OutboxEvent {
+            table: Arc::new(crate::position::TableName {
+                database: "shop".into(),
+                table: "outbox".into(),
+            }),
+            position: "mysql-bin.000001:4".into(),
+            id: EventId(b"e-1".to_vec()),
+            route_value: "Order".into(),
+            key: b"o-1".to_vec(),
+            payload: Some(payload.to_vec()),
+            timestamp_ms: None,
+            headers: vec![("type".into(), b"Created".to_vec())],
+            envelope: Vec::new(),
+            partition: None,
+        };
+        let mut topics = HashMap::new();
+        let tombstone = router.record(event(b" "), 0, &mut topics).unwrap().unwrap();
+        assert_eq!(tombstone.value, None);
+        assert!(tombstone.headers.iter().all(|(k, _)| !k.starts_with("ce_")));
+        let wrapped = router
+            .record(event(b"{}"), 0, &mut topics)
+            .unwrap()
+            .unwrap();
+        assert_eq!(wrapped.value.as_deref(), Some(&b"{}"[..]));
+        assert!(wrapped
+            .headers
+            .iter()
+            .any(|(k, v)| k == "ce_type" && v == b"Created"));
     }
 }

@@ -1,0 +1,273 @@
+//! CloudEvents output, per the CloudEvents Kafka protocol binding 1.0: in structured
+//! mode the value is the JSON event format, in binary mode the value stays the payload
+//! and the attributes travel as `ce_*` headers. The record keeps its topic, key
+//! (the binding's `partitionkey`), partition and the event id header either way.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use serde_json::{Map, Value};
+
+use super::config::{CloudEventsConfig, CloudEventsMode};
+use crate::outbox::OutboxEvent;
+
+/// The content type of a structured-mode record.
+const STRUCTURED_CONTENT_TYPE: &str = "application/cloudevents+json; charset=UTF-8";
+
+/// Turns an event's value into a CloudEvent.
+#[derive(Debug, Clone)]
+pub struct CloudEvents {
+    mode: CloudEventsMode,
+    source: String,
+    type_header: String,
+    content_type: String,
+    /// The data is JSON (`application/json`, `…+json`): a JSON payload goes in `data`
+    /// as JSON, not as a string.
+    json_data: bool,
+}
+
+/// A value wrapped as a CloudEvent: the record's new value and the headers it gains.
+pub struct Wrapped {
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl CloudEvents {
+    /// The settings, checked: every attribute the spec requires can be filled.
+    pub fn new(cfg: &CloudEventsConfig) -> Result<Self, String> {
+        for (key, value) in [
+            ("source", &cfg.source),
+            ("type_header", &cfg.type_header),
+            ("data_content_type", &cfg.data_content_type),
+        ] {
+            if value.trim().is_empty() {
+                return Err(format!(
+                    "value.cloudevents.{key} is empty; CloudEvents requires it"
+                ));
+            }
+        }
+        let essence = cfg
+            .data_content_type
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        Ok(Self {
+            mode: cfg.mode,
+            source: cfg.source.clone(),
+            type_header: cfg.type_header.clone(),
+            content_type: cfg.data_content_type.clone(),
+            json_data: essence == "application/json" || essence.ends_with("+json"),
+        })
+    }
+
+    /// `value` (the payload, or the envelope when columns are placed in one) as the
+    /// data of a CloudEvent about `e`, at `time_ms`. An event without a type cannot be
+    /// a CloudEvent: that is an invalid row, named with the header it lacks.
+    pub fn wrap(
+        &self,
+        e: &OutboxEvent,
+        value: Option<Vec<u8>>,
+        time_ms: i64,
+    ) -> Result<Wrapped, String> {
+        let kind = e
+            .headers
+            .iter()
+            .find(|(name, _)| *name == self.type_header)
+            .ok_or_else(|| {
+                format!(
+                    "a CloudEvent needs a type, and this event has no {:?} header (its event type column is NULL or not placed there; see value.cloudevents.type_header)",
+                    self.type_header
+                )
+            })?;
+        let kind = std::str::from_utf8(&kind.1)
+            .map_err(|_| format!("the event type header {:?} is not UTF-8", self.type_header))?;
+        if kind.is_empty() {
+            return Err(format!(
+                "a CloudEvent needs a type, and the event type header {:?} is empty",
+                self.type_header
+            ));
+        }
+        // The key was checked to be UTF-8 when the row was mapped.
+        let subject = String::from_utf8_lossy(&e.key);
+        let mut attributes = vec![
+            ("specversion", "1.0".to_string()),
+            ("id", e.id.to_string()),
+            ("source", self.source(e)),
+            ("type", kind.to_string()),
+            ("subject", subject.into_owned()),
+        ];
+        if let Some(time) = rfc3339(time_ms) {
+            attributes.push(("time", time));
+        }
+        Ok(match self.mode {
+            CloudEventsMode::Binary => {
+                let mut headers: Vec<(String, Vec<u8>)> = attributes
+                    .into_iter()
+                    .map(|(k, v)| (format!("ce_{k}"), v.into_bytes()))
+                    .collect();
+                headers.push((
+                    "content-type".into(),
+                    self.content_type.clone().into_bytes(),
+                ));
+                Wrapped { value, headers }
+            }
+            CloudEventsMode::Structured => {
+                let mut event: Map<String, Value> = attributes
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), Value::String(v)))
+                    .collect();
+                event.insert(
+                    "datacontenttype".into(),
+                    Value::String(self.content_type.clone()),
+                );
+                event.insert(
+                    "partitionkey".into(),
+                    Value::String(String::from_utf8_lossy(&e.key).into_owned()),
+                );
+                if let Some(bytes) = value {
+                    let (member, data) = self.data(bytes);
+                    event.insert(member.into(), data);
+                }
+                Wrapped {
+                    value: Some(Value::Object(event).to_string().into_bytes()),
+                    headers: vec![("content-type".into(), STRUCTURED_CONTENT_TYPE.into())],
+                }
+            }
+        })
+    }
+
+    /// The `source` attribute for this event.
+    fn source(&self, e: &OutboxEvent) -> String {
+        if !self.source.contains("${") {
+            return self.source.clone();
+        }
+        self.source
+            .replace("${database}", &e.table.database)
+            .replace("${table}", &e.table.table)
+            .replace("${aggregate_type}", &e.route_value)
+    }
+
+    /// The structured event's data member: JSON data as JSON, text as a string, and
+    /// anything else (or JSON that does not parse) as `data_base64`, byte for byte.
+    fn data(&self, bytes: Vec<u8>) -> (&'static str, Value) {
+        if self.json_data {
+            if let Ok(json) = serde_json::from_slice::<Value>(&bytes) {
+                return ("data", json);
+            }
+        } else if self.content_type.starts_with("text/") {
+            if let Ok(text) = String::from_utf8(bytes.clone()) {
+                return ("data", Value::String(text));
+            }
+        }
+        use base64::Engine as _;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        ("data_base64", Value::String(encoded))
+    }
+}
+
+/// RFC 3339 with milliseconds, UTC; none before 1970 (the attribute is optional).
+fn rfc3339(ms: i64) -> Option<String> {
+    let ms = u64::try_from(ms).ok()?;
+    let at = UNIX_EPOCH + Duration::from_millis(ms);
+    Some(humantime::format_rfc3339_millis(at).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbox::EventId;
+    use std::sync::Arc;
+
+    fn event(headers: Vec<(&str, &str)>) -> OutboxEvent {
+        OutboxEvent {
+            table: Arc::new(crate::position::TableName {
+                database: "shop".into(),
+                table: "outbox".into(),
+            }),
+            position: "mysql-bin.000001:4".into(),
+            id: EventId(b"e-1".to_vec()),
+            route_value: "Order".into(),
+            key: b"order-7".to_vec(),
+            payload: None,
+            timestamp_ms: None,
+            headers: headers
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                .collect(),
+            envelope: Vec::new(),
+            partition: None,
+        }
+    }
+
+    fn config(mode: CloudEventsMode, content_type: &str) -> CloudEvents {
+        CloudEvents::new(&CloudEventsConfig {
+            mode,
+            data_content_type: content_type.into(),
+            ..CloudEventsConfig::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn structured_carries_every_attribute_and_json_data_as_json() {
+        let ce = config(CloudEventsMode::Structured, "application/json");
+        let w = ce
+            .wrap(
+                &event(vec![("type", "OrderCreated")]),
+                Some(br#"{"n":1}"#.to_vec()),
+                1_700_000_000_123,
+            )
+            .unwrap();
+        let v: Value = serde_json::from_slice(&w.value.unwrap()).unwrap();
+        assert_eq!(v["specversion"], "1.0");
+        assert_eq!(v["id"], "e-1");
+        assert_eq!(v["source"], "/outbox/shop/outbox");
+        assert_eq!(v["type"], "OrderCreated");
+        assert_eq!(v["subject"], "order-7");
+        assert_eq!(v["partitionkey"], "order-7");
+        assert_eq!(v["time"], "2023-11-14T22:13:20.123Z");
+        assert_eq!(v["data"], serde_json::json!({"n": 1}));
+        assert_eq!(w.headers[0].0, "content-type");
+    }
+
+    #[test]
+    fn bytes_that_are_not_json_keep_every_byte_in_data_base64() {
+        let ce = config(CloudEventsMode::Structured, "application/json");
+        let w = ce
+            .wrap(&event(vec![("type", "T")]), Some(vec![0xff, 0x00, b'{']), 0)
+            .unwrap();
+        let v: Value = serde_json::from_slice(&w.value.unwrap()).unwrap();
+        assert_eq!(v["data_base64"], "/wB7");
+        assert!(v.get("data").is_none());
+    }
+
+    #[test]
+    fn binary_keeps_the_value_and_puts_attributes_in_ce_headers() {
+        let ce = config(CloudEventsMode::Binary, "application/json");
+        let w = ce
+            .wrap(&event(vec![("type", "T")]), Some(b"{}".to_vec()), 0)
+            .unwrap();
+        assert_eq!(w.value.as_deref(), Some(&b"{}"[..]));
+        let names: Vec<_> = w.headers.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "ce_specversion",
+                "ce_id",
+                "ce_source",
+                "ce_type",
+                "ce_subject",
+                "ce_time",
+                "content-type"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_event_without_a_type_is_refused_naming_the_header() {
+        let ce = config(CloudEventsMode::Binary, "application/json");
+        let err = ce.wrap(&event(vec![]), None, 0).err().unwrap();
+        assert!(err.contains("\"type\" header"), "{err}");
+    }
+}
