@@ -19,7 +19,7 @@ use crate::kafka::KafkaConfig;
 use crate::monitor::MonitorConfig;
 use crate::outbox::OutboxConfig;
 use crate::route::{RouteConfig, ValueConfig};
-use crate::sink::DeliveryConfig;
+use crate::sink::{ClaimCheckConfig, DeliveryConfig};
 use crate::source::SourceConfig;
 
 /// Why the configuration could not be loaded.
@@ -56,6 +56,9 @@ pub struct Config {
     /// At-least-once (default) or exactly-once delivery.
     #[serde(default)]
     pub delivery: DeliveryConfig,
+    /// Large values to an S3-compatible bucket, a reference in the record.
+    #[serde(default)]
+    pub claim_check: Option<ClaimCheckConfig>,
     /// Where and how often progress is stored.
     pub checkpoint: CheckpointConfig,
     /// Hot standby: several instances, one streams.
@@ -201,6 +204,9 @@ impl Config {
         if let Some(registry) = &self.value.registry {
             registry.check()?;
         }
+        if let Some(claim_check) = &self.claim_check {
+            claim_check.check(self.kafka.max_message_bytes())?;
+        }
         if self.value.format == crate::route::ValueFormat::CloudEvents {
             crate::route::CloudEvents::new(&self.value.cloudevents)?;
         }
@@ -213,6 +219,14 @@ impl Config {
 }
 
 impl Config {
+    /// Which values the route stage marks for the claim check, when there is one.
+    pub fn offload(&self) -> Option<crate::route::Offload> {
+        self.claim_check.as_ref().map(|c| crate::route::Offload {
+            threshold_bytes: c.threshold_bytes,
+            aggregate_types: c.aggregate_types.clone(),
+        })
+    }
+
     /// The outbox table names / patterns, compiled.
     pub fn table_patterns(&self) -> Vec<crate::pattern::Pattern> {
         self.outbox.table_patterns()

@@ -24,6 +24,7 @@ const SECTIONS: &[&str] = &[
     "kafka.topics",
     "kafka.topics.rule",
     "delivery",
+    "claim_check",
     "checkpoint",
     "ha",
     "pipeline",
@@ -52,6 +53,9 @@ fn with_section(section: &str, edit: impl FnOnce(&mut toml::Table)) -> String {
     }
     if section == "value.registry" {
         at.insert("url".into(), "http://127.0.0.1:8081".into());
+    }
+    if section == "claim_check" {
+        at.insert("bucket".into(), "outbox-payloads".into());
     }
     if section == "kafka.topics.rule" {
         at.insert("pattern".into(), "*".into());

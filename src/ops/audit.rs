@@ -144,6 +144,7 @@ impl<'a> AuditTrail<'a> {
                     position: "-".into(),
                     id: EventId(entry.id.clone().into_bytes()),
                 },
+                claim_check: false,
             };
             let topic_failed = |source| AuditError::Topic {
                 topic: topic.to_string(),

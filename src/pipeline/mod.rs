@@ -32,7 +32,7 @@ use crate::checkpoint::CheckpointStore;
 use crate::config::Config;
 use crate::monitor::{Metrics, RestartReason, Role};
 use crate::outbox::OnInvalid;
-use crate::sink::{KafkaSink, NullSink, Sink, StdoutSink};
+use crate::sink::{NullSink, Sink, StdoutSink};
 use crate::source::{self, server, SourceError};
 
 /// Transactions buffered between the reader and the sink. The in-flight window, not
@@ -274,7 +274,12 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let tables = config.table_patterns();
     start::check_outbox_tables(&mut conn, &tables, metrics).await?;
     let sink: Box<dyn Sink> = match sink_kind {
-        SinkKind::Kafka => Box::new(KafkaSink::new(&config.kafka, &config.delivery, metrics)?),
+        SinkKind::Kafka => crate::sink::kafka_sink(
+            &config.kafka,
+            &config.delivery,
+            config.claim_check.as_ref(),
+            metrics,
+        )?,
         SinkKind::Stdout => Box::new(StdoutSink),
         SinkKind::Null => Box::new(NullSink),
     };

@@ -34,7 +34,8 @@ pub(crate) async fn stages(config: &Config) -> Result<(Mapper, Router), Pipeline
     let mapper = Mapper::new(rules.clone());
     let router = Router::new(rules, &config.route, config.kafka.max_message_bytes())
         .with_avro(avro)
-        .with_cloudevents(cloudevents);
+        .with_cloudevents(cloudevents)
+        .with_offload(config.offload());
     Ok((mapper, router))
 }
 

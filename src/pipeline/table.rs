@@ -51,11 +51,12 @@ pub(crate) fn table_sink(config: &Config, dry_run: bool) -> Result<Box<dyn Sink>
     if dry_run {
         return Ok(Box::new(NullSink));
     }
-    Ok(Box::new(crate::sink::KafkaSink::new(
+    Ok(crate::sink::kafka_sink(
         &config.kafka,
         &crate::sink::DeliveryConfig::default(),
+        config.claim_check.as_ref(),
         &Metrics::default(),
-    )?))
+    )?)
 }
 
 /// The records the outbox tables' rows that `rows.filter` passes would become, each

@@ -41,6 +41,8 @@ pub struct Record {
     pub partition: Option<i32>,
     /// The event this record carries, for error messages.
     pub event: EventRef,
+    /// The value goes to the claim check's bucket; the record carries a reference.
+    pub claim_check: bool,
 }
 
 impl Record {
@@ -98,12 +100,24 @@ pub struct Router {
     avro: Option<SharedAvro>,
     /// CloudEvents around values, when configured.
     cloudevents: Option<CloudEvents>,
+    /// Which values go to the claim check's bucket, when it is configured.
+    offload: Option<Arc<Offload>>,
     /// Topic per route value, so the regex runs once per aggregate type, not per event.
     topics: Arc<Mutex<HashMap<String, Arc<str>>>>,
     /// Put before every topic (`run --shadow`); empty otherwise.
     topic_prefix: String,
     /// A header every record carries besides the event's (a replay's id).
     extra_header: Option<(String, Vec<u8>)>,
+}
+
+/// Which values the claim check takes (`[claim_check]`'s choice, applied where the
+/// aggregate type is still known).
+#[derive(Debug, Clone, Default)]
+pub struct Offload {
+    /// Values larger than this.
+    pub threshold_bytes: usize,
+    /// Every value of these aggregate types.
+    pub aggregate_types: std::collections::BTreeSet<String>,
 }
 
 /// Route values remembered with their topic; past this the regex runs for new ones.
@@ -119,6 +133,7 @@ impl Router {
             max_record_bytes,
             avro: None,
             cloudevents: None,
+            offload: None,
             topics: Arc::default(),
             topic_prefix: match cfg.shadow {
                 true => cfg.shadow_prefix.clone(),
@@ -143,6 +158,13 @@ impl Router {
     /// Wraps values as CloudEvents with these settings.
     pub fn with_cloudevents(mut self, cloudevents: Option<CloudEvents>) -> Self {
         self.cloudevents = cloudevents;
+        self
+    }
+
+    /// Marks the values `offload` picks for the claim check; they may exceed
+    /// `message.max.bytes`, the reference that replaces them does not.
+    pub fn with_offload(mut self, offload: Option<Offload>) -> Self {
+        self.offload = offload.map(Arc::new);
         self
     }
 
@@ -201,6 +223,7 @@ impl Router {
                 position: bad.position.clone(),
                 id: event_id,
             },
+            claim_check: false,
         }
     }
 
@@ -240,7 +263,8 @@ impl Router {
         // carries it; Avro and envelopes are checked once encoded.
         let moved = self.moves_payload();
         if moved {
-            if let Err(reason) = self.fits(&e, e.payload.as_ref().map_or(0, Vec::len)) {
+            let len = e.payload.as_ref().map_or(0, Vec::len);
+            if let Err(reason) = self.fits(&e, len) {
                 return Ok(Err(InvalidEvent::of(&e, reason)));
             }
         }
@@ -267,6 +291,7 @@ impl Router {
                 return Ok(Err(InvalidEvent::of(&e, reason)));
             }
         }
+        let claim_check = value.as_ref().is_some_and(|v| self.offloads(&e, v.len()));
         let headers = self.headers(Some(&e.id), e.headers);
         Ok(Ok(Record {
             topic,
@@ -280,6 +305,7 @@ impl Router {
                 position: e.position,
                 id: e.id,
             },
+            claim_check,
         }))
     }
 
@@ -299,14 +325,25 @@ impl Router {
         headers
     }
 
+    /// Whether the claim check takes a value of `len` bytes of this event.
+    fn offloads(&self, e: &OutboxEvent, len: usize) -> bool {
+        self.offload
+            .as_ref()
+            .is_some_and(|o| len > o.threshold_bytes || o.aggregate_types.contains(&e.route_value))
+    }
+
     /// The value is the payload as stored (no Avro, no envelope, no CloudEvent): it
     /// moves, not copies.
     fn moves_payload(&self) -> bool {
         self.avro.is_none() && self.cloudevents.is_none() && !self.rules.has_envelope()
     }
 
-    /// Kafka would reject a record over the producer's `message.max.bytes`.
+    /// Kafka would reject a record over the producer's `message.max.bytes`; a value the
+    /// claim check takes leaves only its reference in the record.
     fn fits(&self, e: &OutboxEvent, value_len: usize) -> Result<(), String> {
+        if self.offloads(e, value_len) {
+            return Ok(());
+        }
         let size = e.key.len() + value_len + e.id.0.len();
         if size > self.max_record_bytes {
             return Err(format!(

@@ -1,6 +1,7 @@
 //! Sink stage: hands records to Kafka (or stdout for dry runs) and returns, per batch,
 //! a future that resolves once every record of the batch is acknowledged.
 
+mod claim_check;
 mod config;
 mod kafka;
 #[cfg(test)]
@@ -12,6 +13,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
+pub use claim_check::{Bucket, ClaimCheckConfig, ClaimCheckSink};
 pub use config::DeliveryConfig;
 pub use kafka::{
     ensure_checkpoint_topic, first_start_of, marker_history, record_first_start, KafkaSink,
@@ -81,6 +83,14 @@ pub enum SinkError {
     Client(#[from] KafkaClientError),
     #[error("cannot write to stdout: {0}")]
     Stdout(std::io::Error),
+    #[error("the claim check could not write the value of event {} ({} at {}) to {location}: {error}; nothing after it is sent, the checkpoint stays before it. Check the bucket, its credentials and the endpoint, then start the router again", event.id, event.table, event.position)]
+    ClaimCheck {
+        event: Box<EventRef>,
+        location: String,
+        error: String,
+    },
+    #[error("{0}")]
+    ClaimCheckSetup(String),
 }
 
 impl SinkError {
@@ -97,7 +107,10 @@ impl SinkError {
             | SinkError::Unproven { .. } => true,
             SinkError::Client(e) => e.is_transient(),
             SinkError::TransactionTimedOut { retry_with_ms, .. } => retry_with_ms.is_some(),
+            // object_store retried within claim_check's limits already.
             SinkError::Create(_)
+            | SinkError::ClaimCheck { .. }
+            | SinkError::ClaimCheckSetup(_)
             | SinkError::Stdout(_)
             | SinkError::Fenced { .. }
             | SinkError::FirstStart { .. } => false,
@@ -119,6 +132,24 @@ fn is_permanent(error: &KafkaError) -> bool {
                 | InvalidArgument
         )
     )
+}
+
+/// The Kafka producer as the configuration asks for it: with the claim check in front
+/// when `[claim_check]` is set.
+pub fn kafka_sink(
+    kafka: &crate::kafka::KafkaConfig,
+    delivery: &DeliveryConfig,
+    claim_check: Option<&ClaimCheckConfig>,
+    metrics: &crate::monitor::Metrics,
+) -> Result<Box<dyn Sink>, SinkError> {
+    let producer = Box::new(KafkaSink::new(kafka, delivery, metrics)?);
+    Ok(match claim_check {
+        None => producer,
+        Some(cfg) => {
+            let bucket = Bucket::new(cfg).map_err(SinkError::ClaimCheckSetup)?;
+            Box::new(ClaimCheckSink::new(producer, bucket, metrics))
+        }
+    })
 }
 
 /// Where records go: handed over in order, each batch's delivery resolving once Kafka

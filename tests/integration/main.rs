@@ -6,6 +6,7 @@ mod avro;
 mod bad_input;
 mod binlog_shapes;
 mod checkpoint_torture;
+mod claim_check;
 mod cloudevents;
 mod cluster;
 mod compressed;

@@ -146,6 +146,12 @@ catalog! {
     producer_queue_messages: IntGauge => Gauge "kafka_producer_queue_messages" [];
     /// Bytes in librdkafka's producer queues (statistics.interval.ms)
     producer_queue_bytes: IntGauge => Gauge "kafka_producer_queue_bytes" [];
+    /// Values the claim check wrote to its bucket
+    claim_check_objects: Counter => Counter "claim_check_objects" [];
+    /// Bytes the claim check wrote to its bucket
+    claim_check_bytes: Counter => Counter "claim_check_bytes" [];
+    /// Time to write one value to the claim check's bucket, retries included
+    claim_check_put_seconds: Histogram = Histogram::new(exponential_buckets(0.001, 2.0, 16)) => Histogram "claim_check_put_seconds" [];
     /// Records the current producer has sent to the brokers (statistics.interval.ms)
     produce_records: IntGauge => Gauge "kafka_produce_records" [];
     /// Produce requests the current producer has sent (statistics.interval.ms)

@@ -271,6 +271,12 @@ impl Metrics {
         i.m.reader_offset.set(end.offset as i64);
         i.state.lock().expect("metrics state").reader = Some(end.clone());
     }
+    /// The claim check wrote a value of `bytes` in `secs`.
+    pub fn claim_checked(&self, bytes: u64, secs: f64) {
+        self.0.m.claim_check_objects.inc();
+        self.0.m.claim_check_bytes.inc_by(bytes);
+        self.0.m.claim_check_put_seconds.observe(secs);
+    }
     /// The reader waited `secs` for room in the pipeline.
     pub fn reader_blocked(&self, secs: f64) {
         self.0.m.reader_blocked_seconds.inc_by(secs);

@@ -160,8 +160,11 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Runs `scripts/services ACTION SERVICE` and checks it succeeded.
+/// Runs `scripts/services ACTION SERVICE` and checks it succeeded; one at a time, so two
+/// tests needing a service that is not up yet do not both build and start it.
 pub fn services(action: &str, service: &str) {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let status = Command::new(repo_root().join("scripts/services"))
         .args([action, service])
         .status()

@@ -1,0 +1,150 @@
+//! The bucket, through object_store's S3 client: signed requests, retries with backoff,
+//! TLS with an extra CA.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::path::Path;
+use object_store::{BackoffConfig, ClientOptions, ObjectStoreExt, PutPayload, RetryConfig};
+
+use super::ClaimCheckConfig;
+use crate::outbox::EventId;
+
+/// An S3-compatible bucket.
+#[derive(Debug, Clone)]
+pub struct Bucket {
+    store: Arc<AmazonS3>,
+    name: String,
+    prefix: String,
+}
+
+impl Bucket {
+    /// The client for `cfg`, credentials from the file first, then the usual AWS
+    /// environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+    /// `AWS_DEFAULT_REGION`, `AWS_ENDPOINT`, container and instance credentials).
+    /// Nothing is contacted yet.
+    pub fn new(cfg: &ClaimCheckConfig) -> Result<Self, String> {
+        // object_store's reqwest takes rustls's process-wide provider: ring, as everywhere
+        // else here. Err only means one is installed already.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut options = ClientOptions::new()
+            .with_timeout(Duration::from_secs(cfg.request_timeout_secs))
+            .with_connect_timeout(Duration::from_secs(10))
+            .with_allow_http(cfg.allow_http);
+        if let Some(ca) = &cfg.ca_file {
+            let pem = std::fs::read(ca)
+                .map_err(|e| format!("claim_check.ca_file {}: {e}", ca.display()))?;
+            let certs = object_store::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| format!("claim_check.ca_file {}: {e}", ca.display()))?;
+            for cert in certs {
+                options = options.with_root_certificate(cert);
+            }
+        }
+        let mut b = AmazonS3Builder::from_env()
+            .with_bucket_name(&cfg.bucket)
+            .with_virtual_hosted_style_request(!cfg.path_style)
+            .with_allow_http(cfg.allow_http)
+            .with_client_options(options)
+            .with_retry(RetryConfig {
+                backoff: BackoffConfig::default(),
+                max_retries: cfg.max_retries,
+                retry_timeout: Duration::from_secs(cfg.retry_timeout_secs),
+            });
+        if std::env::var_os("AWS_DEFAULT_REGION").is_none()
+            && std::env::var_os("AWS_REGION").is_some()
+        {
+            b = b.with_region(std::env::var("AWS_REGION").unwrap_or_default());
+        }
+        if let Some(region) = &cfg.region {
+            b = b.with_region(region);
+        }
+        if let Some(endpoint) = &cfg.endpoint {
+            b = b.with_endpoint(endpoint);
+        }
+        if let (Some(id), Some(secret)) = (&cfg.access_key_id, &cfg.secret_access_key) {
+            b = b
+                .with_access_key_id(id.expose())
+                .with_secret_access_key(secret.expose());
+        }
+        if let Some(token) = &cfg.session_token {
+            b = b.with_token(token.expose());
+        }
+        if let Some(sse) = &cfg.server_side_encryption {
+            // The key's type is not exported; its documented name is.
+            let key: AmazonS3ConfigKey = "aws_server_side_encryption"
+                .parse()
+                .map_err(|e| format!("claim_check.server_side_encryption: {e}"))?;
+            b = b.with_config(key, sse);
+        }
+        if let Some(key) = &cfg.sse_kms_key_id {
+            b = b.with_sse_kms_encryption(key);
+        }
+        let store = b
+            .build()
+            .map_err(|e| format!("claim_check: {}", without_secrets(&e.to_string())))?;
+        Ok(Self {
+            store: Arc::new(store),
+            name: cfg.bucket.clone(),
+            prefix: cfg.prefix.clone(),
+        })
+    }
+
+    /// The bucket's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Where an event's value goes: `<prefix><topic>/<event id>`, the same for every
+    /// attempt, so a retry or a re-delivery overwrites the object instead of adding one.
+    /// Ids that are not plain text (letters, digits, `-_.:`) are written as `0x…` hex.
+    pub fn key(&self, topic: &str, id: &EventId) -> Path {
+        let plain = std::str::from_utf8(&id.0).ok().filter(|s| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c))
+                && s != &"."
+                && s != &".."
+        });
+        let id = match plain {
+            Some(text) => text.to_string(),
+            None => {
+                let hex: String = id.0.iter().map(|b| format!("{b:02x}")).collect();
+                format!("0x{hex}")
+            }
+        };
+        Path::from(format!("{}{topic}/{id}", self.prefix))
+    }
+
+    /// Writes `value` at `key` (object_store retries within the configured limits).
+    pub async fn put(&self, key: &Path, value: Vec<u8>) -> Result<(), String> {
+        self.store
+            .put(key, PutPayload::from(value))
+            .await
+            .map(|_| ())
+            .map_err(|e| without_secrets(&e.to_string()))
+    }
+}
+
+/// An error text with any `Credential=…` / signature parts cut: object_store's HTTP
+/// errors may quote the request.
+fn without_secrets(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for word in text.split_inclusive(char::is_whitespace) {
+        let lower = word.to_ascii_lowercase();
+        if [
+            "signature=",
+            "credential=",
+            "x-amz-security-token",
+            "x-amz-signature",
+        ]
+        .iter()
+        .any(|s| lower.contains(s))
+        {
+            out.push_str("[redacted] ");
+        } else {
+            out.push_str(word);
+        }
+    }
+    out
+}

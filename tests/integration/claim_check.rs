@@ -1,0 +1,333 @@
+//! `[claim_check]` against a real S3-compatible server (SeaweedFS over HTTPS with the
+//! private CA, `scripts/services up s3`): values over the threshold go to the bucket
+//! before their record, the record carries the reference; a consumer resolving the
+//! references reads every value back byte for byte; the store going away is retried, or
+//! stops the router naming the event, and nothing is lost either way; a crash between
+//! object and record loses nothing.
+
+use std::time::Duration;
+
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path;
+use object_store::{Certificate, ClientOptions, ObjectStoreExt};
+
+use crate::util::*;
+
+const BUCKET: &str = "outbox-it";
+const ENDPOINT: &str = "https://127.0.0.1:18333";
+const THRESHOLD: usize = 64 * 1024;
+/// The store's credentials, as the usual AWS variables.
+const AWS_ENV: [(&str, &str); 3] = [
+    ("AWS_ACCESS_KEY_ID", "router-key"),
+    ("AWS_SECRET_ACCESS_KEY", "router-s3-secret"),
+    ("AWS_DEFAULT_REGION", "us-east-1"),
+];
+
+/// The outage test stops the store: it takes this for writing, every other test of the
+/// store for reading.
+static S3_SERVICE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+fn s3_up() {
+    services("up", "s3");
+}
+
+/// The test's own client of the bucket: the consumer side.
+fn bucket() -> AmazonS3 {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let ca = std::fs::read(repo_root().join(".local/tls/ca.pem")).unwrap();
+    AmazonS3Builder::new()
+        .with_endpoint(ENDPOINT)
+        .with_bucket_name(BUCKET)
+        .with_region("us-east-1")
+        .with_access_key_id("router-key")
+        .with_secret_access_key("router-s3-secret")
+        .with_client_options(
+            ClientOptions::new().with_root_certificate(Certificate::from_pem(&ca).unwrap()),
+        )
+        .build()
+        .unwrap()
+}
+
+/// `[claim_check]` for this test: its own key prefix, the threshold, and `extra` keys.
+fn claim_check_toml(setup: &RouterSetup, extra: &str) -> String {
+    format!(
+        "[claim_check]\nbucket = \"{BUCKET}\"\nendpoint = \"{ENDPOINT}\"\nca_file = \"{}\"\nthreshold_bytes = {THRESHOLD}\nprefix = \"{}/\"\n{extra}\n",
+        repo_root().join(".local/tls/ca.pem").display(),
+        setup.db
+    )
+}
+
+/// A payload of `len` bytes that differs from every other (the id is repeated through
+/// it), so a mixed-up object shows.
+fn payload(id: &str, len: usize) -> String {
+    let unit = format!("{id};");
+    let mut p = String::with_capacity(len + unit.len());
+    while p.len() < len {
+        p.push_str(&unit);
+    }
+    p.truncate(len);
+    p
+}
+
+/// The value a consumer resolves: the object a reference points to, else the value.
+async fn resolve(store: &AmazonS3, m: &Msg) -> Vec<u8> {
+    let Some(url) = m.headers.get("claim-check") else {
+        return m.payload.clone().unwrap_or_default();
+    };
+    let url = String::from_utf8(url.clone()).unwrap();
+    let (bucket, key) = url.strip_prefix("s3://").unwrap().split_once('/').unwrap();
+    assert_eq!(bucket, BUCKET);
+    let pointer: serde_json::Value = serde_json::from_slice(m.payload.as_ref().unwrap()).unwrap();
+    assert_eq!(
+        pointer,
+        serde_json::json!(["software.amazon.payloadoffloading.PayloadS3Pointer", { "s3BucketName": BUCKET, "s3Key": key }]),
+        "the value is the extended clients' pointer"
+    );
+    let bytes = store
+        .get(&Path::from(key))
+        .await
+        .unwrap_or_else(|e| panic!("object {url} of event {}: {e}", m.id()))
+        .bytes()
+        .await
+        .unwrap()
+        .to_vec();
+    let size: usize = String::from_utf8_lossy(&m.headers["ExtendedPayloadSize"])
+        .parse()
+        .unwrap();
+    assert_eq!(size, bytes.len(), "ExtendedPayloadSize of {}", m.id());
+    bytes
+}
+
+async fn insert(conn: &mut mysql_async::Conn, db: &str, rows: &[(String, String)]) {
+    use mysql_async::prelude::Queryable;
+    let mut tx = conn
+        .start_transaction(mysql_async::TxOpts::default())
+        .await
+        .unwrap();
+    for (id, body) in rows {
+        tx.exec_drop(
+            format!("INSERT INTO {db}.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES (?, 'Doc', 'doc-1', 'Stored', ?)"),
+            (id, body),
+        )
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+/// 1 KB, threshold-sized, one byte over, 9 MB (over the producer's message.max.bytes)
+/// and 50 MB values in one transaction: the small ones inline, the others in the bucket
+/// (objects written, counted in the metrics), every record in order with its key and
+/// id, every value read back byte for byte through its reference.
+#[tokio::test(flavor = "multi_thread")]
+async fn values_of_every_size_in_one_transaction_read_back_byte_for_byte() {
+    let _store = S3_SERVICE.read().await;
+    s3_up();
+    let (mut conn, mut setup) = fresh("claim_mixed").await;
+    setup.extra_toml = claim_check_toml(&setup, "");
+    let sizes = [1024, THRESHOLD, THRESHOLD + 1, 9_000_000, 50 * 1024 * 1024];
+    let rows: Vec<(String, String)> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let id = format!("cc-{i}");
+            let body = payload(&id, n);
+            (id, body)
+        })
+        .collect();
+    insert(&mut conn, &setup.db, &rows).await;
+    let topic = setup.topic("Doc");
+    let mut router = setup.start_router_env(&AWS_ENV);
+    let metrics = wait_http_ok(setup.monitor_port, "/metrics", Duration::from_secs(30)).await;
+    drop(metrics);
+    drain_and_stop(&mut router, std::slice::from_ref(&topic), rows.len());
+    let log = router.log();
+    let records = read_all(&[topic]);
+    assert_eq!(records.len(), rows.len(), "{log}");
+    let store = bucket();
+    for (m, (id, body)) in records.iter().zip(&rows) {
+        assert_eq!(m.id(), *id, "order kept");
+        assert_eq!(m.key, b"doc-1");
+        let offloaded = m.headers.contains_key("claim-check");
+        assert_eq!(
+            offloaded,
+            body.len() > THRESHOLD,
+            "{id}: {} bytes",
+            body.len()
+        );
+        let value = resolve(&store, m).await;
+        assert!(
+            value == body.as_bytes(),
+            "{id}: the value differs from the row's ({} vs {} bytes)",
+            value.len(),
+            body.len()
+        );
+    }
+    assert!(
+        !log.contains("router-s3-secret"),
+        "the secret is in the log"
+    );
+}
+
+/// The store stops for a few seconds: writes are retried and the stream goes on. It
+/// stops for longer than the retries last: the router stops, naming the event and the
+/// object, before the record; started again with the store back, it delivers everything
+/// (duplicates only of events already acknowledged, each with its event id).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_store_going_away_is_retried_then_stops_the_router_and_nothing_is_lost() {
+    let _store = S3_SERVICE.write().await;
+    s3_up();
+    let (mut conn, mut setup) = fresh("claim_outage").await;
+    let topic = setup.topic("Doc");
+    let topics = std::slice::from_ref(&topic);
+    let mut written = 0;
+
+    // A short outage (stopping and starting the server takes some 25 s), within the
+    // retries of a minute.
+    setup.extra_toml = claim_check_toml(&setup, "max_retries = 100\nretry_timeout_secs = 60\n");
+    let mut router = setup.start_router_env(&AWS_ENV);
+    insert(&mut conn, &setup.db, &numbered("co", written..written + 30)).await;
+    written += 30;
+    assert_eq!(
+        wait_for_count(topics, 30, Duration::from_secs(60)),
+        30,
+        "{}",
+        router.log()
+    );
+    services("down", "s3");
+    insert(&mut conn, &setup.db, &numbered("co", written..written + 30)).await;
+    written += 30;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    services("up", "s3");
+    assert_eq!(
+        wait_for_count(topics, 60, Duration::from_secs(90)),
+        60,
+        "{}",
+        router.log()
+    );
+    assert!(
+        router.wait(Duration::ZERO).is_none(),
+        "a short outage stopped the router:\n{}",
+        router.log()
+    );
+    assert!(
+        router.stop(Duration::from_secs(30)).success(),
+        "{}",
+        router.log()
+    );
+
+    // A long one, past retries of a few seconds: the router stops, naming the event and
+    // the object it could not write.
+    setup.extra_toml = claim_check_toml(
+        &setup,
+        "max_retries = 4\nretry_timeout_secs = 5\nrequest_timeout_secs = 5\n",
+    );
+    let mut router = setup.start_router_env(&AWS_ENV);
+    services("down", "s3");
+    insert(&mut conn, &setup.db, &numbered("co", written..written + 30)).await;
+    written += 30;
+    let status = router
+        .wait(Duration::from_secs(120))
+        .unwrap_or_else(|| panic!("the router did not stop:\n{}", router.log()));
+    let log = router.log();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("the claim check could not write the value of event co-")
+            && log.contains(&format!("s3://{BUCKET}/{}/", setup.db)),
+        "{log}"
+    );
+    services("up", "s3");
+    setup.extra_toml = claim_check_toml(&setup, "");
+    let mut router = setup.start_router_env(&AWS_ENV);
+    drain_and_stop(&mut router, topics, written);
+    let duplicates = check_values(&topic, written).await;
+    println!("claim check outage: events={written} lost=0 duplicates={duplicates}");
+}
+
+/// Rows `prefix-i` for `range`: every third value twice the threshold, the others 300
+/// bytes.
+fn numbered(prefix: &str, range: std::ops::Range<usize>) -> Vec<(String, String)> {
+    range
+        .map(|i| {
+            let id = format!("{prefix}-{i}");
+            let body = payload(&id, value_len(i));
+            (id, body)
+        })
+        .collect()
+}
+
+fn value_len(i: usize) -> usize {
+    if i.is_multiple_of(3) {
+        THRESHOLD * 2
+    } else {
+        300
+    }
+}
+
+/// Every event once or more, each copy resolving to its value; returns the duplicates.
+async fn check_values(topic: &str, events: usize) -> usize {
+    let records = read_all(&[topic.to_string()]);
+    let store = bucket();
+    let mut seen = std::collections::BTreeMap::new();
+    for m in &records {
+        let id = m.id();
+        let i: usize = id.rsplit('-').next().unwrap().parse().unwrap();
+        let value = resolve(&store, m).await;
+        assert!(
+            value == payload(&id, value_len(i)).as_bytes(),
+            "{id}: wrong value"
+        );
+        *seen.entry(i).or_insert(0) += 1;
+    }
+    assert_eq!(
+        seen.len(),
+        events,
+        "lost: {:?}",
+        (0..events)
+            .filter(|i| !seen.contains_key(i))
+            .collect::<Vec<_>>()
+    );
+    records.len() - events
+}
+
+/// kill -9 right after an object is written, before its record is handed over, again
+/// and again: after every restart the stream goes on; at the end every event is there,
+/// each reference resolving to its value (the re-sent record's object overwrote the
+/// first, same key).
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_between_object_and_record_loses_nothing() {
+    let _store = S3_SERVICE.read().await;
+    s3_up();
+    let (mut conn, mut setup) = fresh("claim_crash").await;
+    setup.extra_toml = claim_check_toml(&setup, "");
+    let topic = setup.topic("Doc");
+    let mut written = 0;
+    let mut crashes = 0;
+    for round in 0..4 {
+        let rows = numbered("ck", written..written + 12);
+        written += rows.len();
+        insert(&mut conn, &setup.db, &rows).await;
+        let spec = format!("claim_check.after_put={}*off->return", 1 + round % 3);
+        let mut env = AWS_ENV.to_vec();
+        env.push(("FAILPOINTS", spec.as_str()));
+        let mut router = setup.start_router_env(&env);
+        match router.wait(Duration::from_secs(60)) {
+            Some(status) => {
+                let log = router.log();
+                assert!(
+                    !status.success() && log.contains("failpoint claim_check.after_put"),
+                    "{log}"
+                );
+                crashes += 1;
+            }
+            None => panic!("the failpoint never fired:\n{}", router.log()),
+        }
+    }
+    let mut router = setup.start_router_env(&AWS_ENV);
+    drain_and_stop(&mut router, std::slice::from_ref(&topic), written);
+    let duplicates = check_values(&topic, written).await;
+    println!(
+        "claim check crash: crashes={crashes} events={written} lost=0 duplicates={duplicates}"
+    );
+}
