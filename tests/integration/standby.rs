@@ -13,13 +13,13 @@ use crate::util::*;
 const SESSION_MS: u64 = 6000;
 
 /// Two routers, `a` and `b`, on one outbox with one transactional id and lock group.
-struct Pair {
-    a: RouterSetup,
-    b: RouterSetup,
-    topics: Vec<String>,
+pub(crate) struct Pair {
+    pub a: RouterSetup,
+    pub b: RouterSetup,
+    pub topics: Vec<String>,
 }
 
-async fn pair(name: &str) -> Pair {
+pub(crate) async fn pair(name: &str) -> Pair {
     pair_on(name, kafka_bootstrap(), Vec::new()).await
 }
 
@@ -47,7 +47,7 @@ async fn pair_on(name: &str, bootstrap: String, properties: Vec<(String, String)
 }
 
 /// Writes events in mixed transactions until stopped; `stop` returns how many.
-struct Writer {
+pub(crate) struct Writer {
     stop: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<usize>,
 }
@@ -68,7 +68,7 @@ impl Writer {
         Self { stop, task }
     }
 
-    async fn stop(self) -> usize {
+    pub(crate) async fn stop(self) -> usize {
         self.stop.store(true, Ordering::Relaxed);
         self.task.await.unwrap()
     }
@@ -93,7 +93,7 @@ async fn streams(port: u16) -> bool {
 }
 
 /// Waits until the instance on `port` streams; returns how long it took.
-async fn wait_streaming(port: u16, timeout: Duration, who: &RouterProcess) -> Duration {
+pub(crate) async fn wait_streaming(port: u16, timeout: Duration, who: &RouterProcess) -> Duration {
     let started = Instant::now();
     while !streams(port).await {
         assert!(
@@ -128,7 +128,7 @@ async fn wait_standby_ready(port: u16, who: &RouterProcess) {
 }
 
 /// Starts `a` (leader) and `b` (standby) with events flowing.
-async fn leader_and_standby(p: &Pair) -> (RouterProcess, RouterProcess, Writer) {
+pub(crate) async fn leader_and_standby(p: &Pair) -> (RouterProcess, RouterProcess, Writer) {
     let a = p.a.start_router();
     wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
     let b = p.b.start_router();

@@ -71,10 +71,18 @@ pub async fn reconcile(
     let read = read_as_records(config, &mut conn, &rows, |r: &Record| {
         let topic = window.topic_index(&r.topic);
         let id = id_hash(&r.event.id.0);
+        // A claim-checked record carries the reference to its value, not the value.
+        let reference = match (&config.claim_check, r.claim_check) {
+            (Some(cc), true) => {
+                let size = r.value.as_ref().map_or(0, Vec::len);
+                Some(cc.reference(&r.topic, &r.event.id, size).value())
+            }
+            _ => None,
+        };
         window.events.insert(
             id,
             Expected {
-                fingerprint: fingerprint(&r.key, r.value.as_deref()),
+                fingerprint: fingerprint(&r.key, reference.as_deref().or(r.value.as_deref())),
                 key: fingerprint(&r.key, None),
                 time_ms: row_time_ms.remove(&id).unwrap_or(i64::MIN),
                 topic,

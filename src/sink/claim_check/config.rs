@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use super::reference::{object_key, Reference};
 use crate::secret::Secret;
 
 /// The claim check. Present: values over `threshold_bytes`, and every value of the
@@ -110,9 +111,14 @@ impl ClaimCheckConfig {
         Ok(())
     }
 
-    /// Whether a value of `len` bytes of `aggregate_type` goes to the bucket.
-    pub fn offloads(&self, aggregate_type: &str, len: usize) -> bool {
-        len > self.threshold_bytes || self.aggregate_types.contains(aggregate_type)
+    /// The reference a record of `topic` carrying event `id` gets for a value of `size`
+    /// bytes.
+    pub fn reference(&self, topic: &str, id: &crate::outbox::EventId, size: usize) -> Reference {
+        Reference {
+            bucket: self.bucket.clone(),
+            key: object_key(&self.prefix, topic, id).to_string(),
+            size,
+        }
     }
 }
 

@@ -5,6 +5,31 @@
 //! header `claim-check` holds `s3://bucket/key` and `ExtendedPayloadSize` the size of
 //! the value in the bucket, for readers that go by headers.
 
+use object_store::path::Path;
+
+use crate::outbox::EventId;
+
+/// Where an event's value goes: `<prefix><topic>/<event id>`, the same for every
+/// attempt, so a retry or a re-delivery overwrites the object instead of adding one.
+/// Ids that are not plain text (letters, digits, `-_.:`) are written as `0x…` hex.
+pub fn object_key(prefix: &str, topic: &str, id: &EventId) -> Path {
+    let plain = std::str::from_utf8(&id.0).ok().filter(|s| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c))
+            && *s != "."
+            && *s != ".."
+    });
+    let id = match plain {
+        Some(text) => text.to_string(),
+        None => {
+            let hex: String = id.0.iter().map(|b| format!("{b:02x}")).collect();
+            format!("0x{hex}")
+        }
+    };
+    Path::from(format!("{prefix}{topic}/{id}"))
+}
+
 /// The header with the object's `s3://bucket/key`.
 pub const HEADER: &str = "claim-check";
 /// The header with the object's size in bytes (the extended clients' attribute name).

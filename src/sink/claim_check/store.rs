@@ -95,25 +95,9 @@ impl Bucket {
         &self.name
     }
 
-    /// Where an event's value goes: `<prefix><topic>/<event id>`, the same for every
-    /// attempt, so a retry or a re-delivery overwrites the object instead of adding one.
-    /// Ids that are not plain text (letters, digits, `-_.:`) are written as `0x…` hex.
+    /// Where an event's value goes (see `object_key`).
     pub fn key(&self, topic: &str, id: &EventId) -> Path {
-        let plain = std::str::from_utf8(&id.0).ok().filter(|s| {
-            !s.is_empty()
-                && s.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c))
-                && s != &"."
-                && s != &".."
-        });
-        let id = match plain {
-            Some(text) => text.to_string(),
-            None => {
-                let hex: String = id.0.iter().map(|b| format!("{b:02x}")).collect();
-                format!("0x{hex}")
-            }
-        };
-        Path::from(format!("{}{topic}/{id}", self.prefix))
+        super::reference::object_key(&self.prefix, topic, id)
     }
 
     /// Writes `value` at `key` (object_store retries within the configured limits).

@@ -48,61 +48,65 @@ impl Kafka {
     /// Lost, duplicate and order checks over everything in the topics; returns
     /// duplicates.
     pub fn check_stream(&self, topics: &[String], expected: usize) -> usize {
-        let msgs = self.read_all(topics);
-        let mut first: HashMap<String, &Msg> = HashMap::new();
-        let mut duplicates = 0;
-        for m in &msgs {
-            match first.get(&m.id()) {
-                None => {
-                    first.insert(m.id(), m);
-                }
-                Some(orig) => {
-                    duplicates += 1;
-                    assert_eq!(
-                        (&orig.key, &orig.payload, &orig.topic),
-                        (&m.key, &m.payload, &m.topic),
-                        "duplicate {} differs",
-                        m.id()
-                    );
-                }
+        check_messages(&self.read_all(topics), expected)
+    }
+}
+
+/// `check_stream` over messages already read (their values resolved, for a claim
+/// check).
+pub fn check_messages(msgs: &[Msg], expected: usize) -> usize {
+    let mut first: HashMap<String, &Msg> = HashMap::new();
+    let mut duplicates = 0;
+    for m in msgs {
+        match first.get(&m.id()) {
+            None => {
+                first.insert(m.id(), m);
             }
-        }
-        let lost: Vec<usize> = (0..expected)
-            .filter(|s| !first.contains_key(&format!("s-{s}")))
-            .collect();
-        assert!(
-            lost.is_empty(),
-            "{} events lost, first: {:?}",
-            lost.len(),
-            &lost[..lost.len().min(10)]
-        );
-        assert_eq!(first.len(), expected, "unexpected extra event ids");
-        // Per key, first occurrences in partition order must follow commit (seq) order.
-        let mut seen: HashSet<String> = HashSet::new();
-        let mut last_seq: HashMap<Vec<u8>, u64> = HashMap::new();
-        let mut by_partition: Vec<&Msg> = msgs.iter().collect();
-        by_partition.sort_by(|a, b| {
-            (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset))
-        });
-        for m in by_partition {
-            if !seen.insert(m.id()) {
-                continue;
-            }
-            let seq = seq_of(m);
-            let key = [m.topic.as_bytes(), b"/", &m.key].concat();
-            if let Some(prev) = last_seq.insert(key, seq) {
-                assert!(
-                    prev < seq,
-                    "key {:?} on {}: seq {seq} arrived after {prev}",
-                    String::from_utf8_lossy(&m.key),
-                    m.topic
+            Some(orig) => {
+                duplicates += 1;
+                assert_eq!(
+                    (&orig.key, &orig.payload, &orig.topic),
+                    (&m.key, &m.payload, &m.topic),
+                    "duplicate {} differs",
+                    m.id()
                 );
             }
         }
-        println!(
-            "events={expected} messages={} lost=0 duplicates={duplicates}",
-            msgs.len()
-        );
-        duplicates
     }
+    let lost: Vec<usize> = (0..expected)
+        .filter(|s| !first.contains_key(&format!("s-{s}")))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} events lost, first: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(10)]
+    );
+    assert_eq!(first.len(), expected, "unexpected extra event ids");
+    // Per key, first occurrences in partition order must follow commit (seq) order.
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut last_seq: HashMap<Vec<u8>, u64> = HashMap::new();
+    let mut by_partition: Vec<&Msg> = msgs.iter().collect();
+    by_partition
+        .sort_by(|a, b| (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset)));
+    for m in by_partition {
+        if !seen.insert(m.id()) {
+            continue;
+        }
+        let seq = seq_of(m);
+        let key = [m.topic.as_bytes(), b"/", &m.key].concat();
+        if let Some(prev) = last_seq.insert(key, seq) {
+            assert!(
+                prev < seq,
+                "key {:?} on {}: seq {seq} arrived after {prev}",
+                String::from_utf8_lossy(&m.key),
+                m.topic
+            );
+        }
+    }
+    println!(
+        "events={expected} messages={} lost=0 duplicates={duplicates}",
+        msgs.len()
+    );
+    duplicates
 }
