@@ -48,6 +48,31 @@ pub struct OutboxEvent {
     pub partition: Option<i32>,
 }
 
+#[cfg(test)]
+impl OutboxEvent {
+    /// An event of `shop.outbox`, id `e-1`, aggregate type `Order`, for unit tests.
+    pub fn sample(key: &str, payload: Option<&[u8]>, headers: &[(&str, &str)]) -> Self {
+        Self {
+            table: Arc::new(TableName {
+                database: "shop".into(),
+                table: "outbox".into(),
+            }),
+            position: "mysql-bin.000001:4".into(),
+            id: EventId(b"e-1".to_vec()),
+            route_value: "Order".into(),
+            key: key.as_bytes().to_vec(),
+            payload: payload.map(<[u8]>::to_vec),
+            timestamp_ms: None,
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                .collect(),
+            envelope: Vec::new(),
+            partition: None,
+        }
+    }
+}
+
 /// A row that cannot become a Kafka record. Never dropped silently: the `on_invalid`
 /// policy stops the router (default), dead-letters it or skips it with a log and a count.
 #[derive(Debug, Clone, thiserror::Error)]

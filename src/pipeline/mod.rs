@@ -309,6 +309,18 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
 
     let (mapper, router) = read::stages(config).await?;
     let (tx, rx) = mpsc::channel(CHANNEL_TRANSACTIONS);
+    // The claim check writes values a few transactions ahead of the sink.
+    let (rx, check_in_task) = match (&config.claim_check, sink_kind) {
+        (Some(cfg), SinkKind::Kafka) => {
+            let check_in = crate::sink::CheckIn::new(cfg, metrics)?;
+            let (checked_tx, checked_rx) = mpsc::channel(CHANNEL_TRANSACTIONS);
+            (
+                checked_rx,
+                Some(tokio::spawn(check_in.ahead(rx, checked_tx))),
+            )
+        }
+        _ => (rx, None),
+    };
     let stop_reading = shutdown.child_token();
     let reader_task = tokio::spawn(read::read_loop(
         InvalidPolicy::of(config),
@@ -340,11 +352,25 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         task: "reader",
         reason: e.to_string(),
     })?;
+    let checked_in = match check_in_task {
+        // The acker failed: values still being written are not needed.
+        Some(task) if acked.is_err() => {
+            task.abort();
+            Ok(())
+        }
+        Some(task) => task.await.map_err(|e| PipelineError::TaskFailed {
+            task: "claim check",
+            reason: e.to_string(),
+        })?,
+        None => Ok(()),
+    };
     // A delivery failure explains a reader stop, not the other way round; a fenced
     // producer's failures say so only through its fatal error.
     acked.map_err(|e| match e {
         PipelineError::Sink(e) => PipelineError::Sink(sink.explain(e)),
         other => other,
     })?;
+    // A value the claim check could not write ended the stream before its record.
+    checked_in.map_err(PipelineError::Sink)?;
     read
 }

@@ -176,28 +176,9 @@ fn rfc3339(ms: i64) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outbox::EventId;
-    use std::sync::Arc;
 
     fn event(headers: Vec<(&str, &str)>) -> OutboxEvent {
-        OutboxEvent {
-            table: Arc::new(crate::position::TableName {
-                database: "shop".into(),
-                table: "outbox".into(),
-            }),
-            position: "mysql-bin.000001:4".into(),
-            id: EventId(b"e-1".to_vec()),
-            route_value: "Order".into(),
-            key: b"order-7".to_vec(),
-            payload: None,
-            timestamp_ms: None,
-            headers: headers
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
-                .collect(),
-            envelope: Vec::new(),
-            partition: None,
-        }
+        OutboxEvent::sample("order-7", None, &headers)
     }
 
     fn config(mode: CloudEventsMode, content_type: &str) -> CloudEvents {

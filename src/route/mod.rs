@@ -456,21 +456,8 @@ mod tests {
         .unwrap();
         let router =
             Router::new(rules, &RouteConfig::default(), 1 << 20).with_cloudevents(Some(ce));
-        let event = |payload: &[u8]| OutboxEvent {
-            table: Arc::new(crate::position::TableName {
-                database: "shop".into(),
-                table: "outbox".into(),
-            }),
-            position: "mysql-bin.000001:4".into(),
-            id: EventId(b"e-1".to_vec()),
-            route_value: "Order".into(),
-            key: b"o-1".to_vec(),
-            payload: Some(payload.to_vec()),
-            timestamp_ms: None,
-            headers: vec![("type".into(), b"Created".to_vec())],
-            envelope: Vec::new(),
-            partition: None,
-        };
+        let event =
+            |payload: &[u8]| OutboxEvent::sample("o-1", Some(payload), &[("type", "Created")]);
         let mut topics = HashMap::new();
         let tombstone = router.record(event(b" "), 0, &mut topics).unwrap().unwrap();
         assert_eq!(tombstone.value, None);

@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-pub use claim_check::{Bucket, ClaimCheckConfig, ClaimCheckSink};
+pub use claim_check::{CheckIn, ClaimCheckConfig, ClaimCheckSink};
 pub use config::DeliveryConfig;
 pub use kafka::{
     ensure_checkpoint_topic, first_start_of, marker_history, record_first_start, KafkaSink,
@@ -145,10 +145,7 @@ pub fn kafka_sink(
     let producer = Box::new(KafkaSink::new(kafka, delivery, metrics)?);
     Ok(match claim_check {
         None => producer,
-        Some(cfg) => {
-            let bucket = Bucket::new(cfg).map_err(SinkError::ClaimCheckSetup)?;
-            Box::new(ClaimCheckSink::new(producer, bucket, metrics))
-        }
+        Some(cfg) => Box::new(ClaimCheckSink::new(producer, CheckIn::new(cfg, metrics)?)),
     })
 }
 

@@ -121,6 +121,7 @@ async fn insert(conn: &mut mysql_async::Conn, db: &str, rows: &[(String, String)
 /// id, every value read back byte for byte through its reference.
 #[tokio::test(flavor = "multi_thread")]
 async fn values_of_every_size_in_one_transaction_read_back_byte_for_byte() {
+    let _settings = SERVER_SETTINGS.read().await;
     let _store = S3_SERVICE.read().await;
     s3_up();
     let (mut conn, mut setup) = fresh("claim_mixed").await;
@@ -191,6 +192,7 @@ async fn values_of_every_size_in_one_transaction_read_back_byte_for_byte() {
 /// (duplicates only of events already acknowledged, each with its event id).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_store_going_away_is_retried_then_stops_the_router_and_nothing_is_lost() {
+    let _settings = SERVER_SETTINGS.read().await;
     let _store = S3_SERVICE.write().await;
     s3_up();
     let (mut conn, mut setup) = fresh("claim_outage").await;
@@ -313,6 +315,7 @@ async fn check_values(topic: &str, events: usize) -> usize {
 #[cfg(feature = "failpoints")]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_between_object_and_record_loses_nothing() {
+    let _settings = SERVER_SETTINGS.read().await;
     let _store = S3_SERVICE.read().await;
     s3_up();
     let (mut conn, mut setup) = fresh("claim_crash").await;

@@ -112,6 +112,7 @@ fn expected_data(mode: &str, payload: Option<&[u8]>) -> Value {
 /// reason.
 #[tokio::test(flavor = "multi_thread")]
 async fn cloudevents_in_both_modes_read_back_by_the_sdk() {
+    let _settings = SERVER_SETTINGS.read().await;
     for mode in ["structured", "binary"] {
         let (decoded, records, dead) = run(mode).await;
         assert_eq!(decoded.len(), 4, "{mode}: {decoded:?}");
@@ -151,6 +152,7 @@ async fn cloudevents_in_both_modes_read_back_by_the_sdk() {
 /// An empty source template is refused by `validate` and by `run`, naming the key.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_empty_cloudevents_source_is_refused_at_start() {
+    let _settings = SERVER_SETTINGS.read().await;
     let (_conn, mut setup) = fresh("ce_empty").await;
     setup.extra_toml =
         "[value]\nformat = \"cloudevents\"\n[value.cloudevents]\nsource = \" \"\n".into();

@@ -1,10 +1,14 @@
 //! The claim check: a record whose value is too large for Kafka (or of an aggregate type
 //! always sent this way) has the value written to an S3-compatible bucket first; the
-//! record, same topic, key, partition and headers, carries a reference to it. A sink
-//! wrapped around the producer, so the object exists before its record is handed over:
-//! before it can be acknowledged, and before an exactly-once transaction holding it can
-//! commit. A crash between the two leaves an object without a record (the re-sent
-//! record overwrites it, same key); never a record without its object.
+//! record, same topic, key, partition and headers, carries a reference to it. In the
+//! pipeline it is a stage between route and sink (`CheckIn::ahead`, the values of a few
+//! transactions written at once, the batches passed on in order); in front of the
+//! producer, a sink (`ClaimCheckSink`) does the same for whatever arrives still marked
+//! (the operator commands' republished rows). Either way the object exists before its
+//! record is handed over: before it can be acknowledged, and before an exactly-once
+//! transaction holding it can commit. A crash between the two leaves an object without
+//! a record (the re-sent record overwrites it, same key); never a record without its
+//! object.
 
 mod config;
 mod reference;
@@ -18,35 +22,40 @@ use std::time::Instant;
 
 use futures::future::BoxFuture;
 use futures::StreamExt;
+use tokio::sync::mpsc;
 
 use super::{Delivery, Sink, SinkError, Transactions};
 use crate::monitor::Metrics;
-use crate::route::Record;
+use crate::route::{Batch, Record};
 
 /// Objects written at once within one batch.
 const PARALLEL_PUTS: usize = 4;
 
-/// A sink that writes marked values to the bucket, then hands the records on.
-pub struct ClaimCheckSink {
-    inner: Box<dyn Sink>,
+/// Batches whose values are written at once ahead of the one being handed to Kafka: with
+/// one large row per transaction (the usual outbox), the writes overlap instead of
+/// following each other at the store's latency.
+const BATCHES_AHEAD: usize = 4;
+
+/// Writes marked values to the bucket and puts the references in their place.
+#[derive(Clone)]
+pub struct CheckIn {
     bucket: Bucket,
     metrics: Metrics,
 }
 
-impl ClaimCheckSink {
-    /// `inner` with the claim check of `bucket` in front.
-    pub fn new(inner: Box<dyn Sink>, bucket: Bucket, metrics: &Metrics) -> Self {
-        Self {
-            inner,
-            bucket,
+impl CheckIn {
+    /// The claim check of `cfg`, counting into `metrics`.
+    pub fn new(cfg: &ClaimCheckConfig, metrics: &Metrics) -> Result<Self, SinkError> {
+        Ok(Self {
+            bucket: Bucket::new(cfg).map_err(SinkError::ClaimCheckSetup)?,
             metrics: metrics.clone(),
-        }
+        })
     }
 
     /// Writes the value of every marked record, several at once, and puts the reference
-    /// in its place; the first failure (after object_store's retries) fails the batch,
-    /// naming the event and the object.
-    async fn check_in(&self, records: &mut [Record]) -> Result<(), SinkError> {
+    /// in its place (the record is then no longer marked); the first failure (after
+    /// object_store's retries) fails the batch, naming the event and the object.
+    pub async fn records(&self, records: &mut [Record]) -> Result<(), SinkError> {
         let mut jobs = Vec::new();
         for (i, r) in records.iter_mut().enumerate() {
             if !r.claim_check {
@@ -83,15 +92,53 @@ impl ClaimCheckSink {
             };
             record.value = Some(reference.value());
             record.headers.extend(reference.headers());
+            record.claim_check = false;
         }
         Ok(())
+    }
+
+    /// The pipeline's claim-check stage between route and sink: the values of up to
+    /// `BATCHES_AHEAD` batches written at once, the batches passed on in their order.
+    /// Ends when either channel closes, or with the first write that failed.
+    pub async fn ahead(
+        self,
+        mut routed: mpsc::Receiver<Batch>,
+        checked: mpsc::Sender<Batch>,
+    ) -> Result<(), SinkError> {
+        let this = &self;
+        let mut batches = futures::stream::poll_fn(move |cx| routed.poll_recv(cx))
+            .map(|mut batch: Batch| async move {
+                this.records(&mut batch.records).await.map(|()| batch)
+            })
+            .buffered(BATCHES_AHEAD);
+        while let Some(batch) = batches.next().await {
+            if checked.send(batch?).await.is_err() {
+                return Ok(()); // the acker stopped; it says why
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A sink that writes marked values to the bucket, then hands the records on: what
+/// `CheckIn::ahead` left marked (nothing, in the pipeline), and the operator commands'
+/// republished rows.
+pub struct ClaimCheckSink {
+    inner: Box<dyn Sink>,
+    check_in: CheckIn,
+}
+
+impl ClaimCheckSink {
+    /// `inner` with `check_in` in front.
+    pub fn new(inner: Box<dyn Sink>, check_in: CheckIn) -> Self {
+        Self { inner, check_in }
     }
 }
 
 impl Sink for ClaimCheckSink {
     fn send(&self, mut records: Vec<Record>) -> BoxFuture<'_, Result<Delivery, SinkError>> {
         Box::pin(async move {
-            self.check_in(&mut records).await?;
+            self.check_in.records(&mut records).await?;
             self.inner.send(records).await
         })
     }
