@@ -184,6 +184,36 @@ async fn values_of_every_size_in_one_transaction_read_back_byte_for_byte() {
         rows.len(),
         "{report:#}"
     );
+
+    // replay re-sends the 50 MB event through the claim check: same object key, the
+    // value whole again.
+    let out = setup.cli_env(
+        &[
+            "replay",
+            "--event-id",
+            "cc-4",
+            "--reason",
+            "claim check replay",
+        ],
+        &AWS_ENV,
+    );
+    assert!(
+        out.status.success(),
+        "replay: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let records = read_all(std::slice::from_ref(&topic));
+    let replayed: Vec<&Msg> = records
+        .iter()
+        .filter(|m| m.headers.contains_key("replay"))
+        .collect();
+    assert_eq!(replayed.len(), 1, "{} records", records.len());
+    assert_eq!(replayed[0].id(), "cc-4");
+    assert_eq!(
+        replayed[0].headers["claim-check"], records[4].headers["claim-check"],
+        "the same object"
+    );
+    assert!(resolve(&store, replayed[0]).await == rows[4].1.as_bytes());
 }
 
 /// The store stops for a few seconds: writes are retried and the stream goes on. It
