@@ -273,13 +273,15 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     }
     let tables = config.table_patterns();
     start::check_outbox_tables(&mut conn, &tables, metrics).await?;
+    // One claim check (one S3 client) for the stage ahead of the sink and the sink.
+    let check_in = match (&config.claim_check, sink_kind) {
+        (Some(cfg), SinkKind::Kafka) => Some(crate::sink::CheckIn::new(cfg, metrics)?),
+        _ => None,
+    };
     let sink: Box<dyn Sink> = match sink_kind {
-        SinkKind::Kafka => crate::sink::kafka_sink(
-            &config.kafka,
-            &config.delivery,
-            config.claim_check.as_ref(),
-            metrics,
-        )?,
+        SinkKind::Kafka => {
+            crate::sink::kafka_sink(&config.kafka, &config.delivery, check_in.clone(), metrics)?
+        }
         SinkKind::Stdout => Box::new(StdoutSink),
         SinkKind::Null => Box::new(NullSink),
     };
@@ -310,9 +312,8 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let (mapper, router) = read::stages(config).await?;
     let (tx, rx) = mpsc::channel(CHANNEL_TRANSACTIONS);
     // The claim check writes values a few transactions ahead of the sink.
-    let (rx, check_in_task) = match (&config.claim_check, sink_kind) {
-        (Some(cfg), SinkKind::Kafka) => {
-            let check_in = crate::sink::CheckIn::new(cfg, metrics)?;
+    let (rx, check_in_task) = match check_in {
+        Some(check_in) => {
             let (checked_tx, checked_rx) = mpsc::channel(CHANNEL_TRANSACTIONS);
             (
                 checked_rx,

@@ -51,11 +51,16 @@ pub(crate) fn table_sink(config: &Config, dry_run: bool) -> Result<Box<dyn Sink>
     if dry_run {
         return Ok(Box::new(NullSink));
     }
+    let metrics = Metrics::default();
+    let check_in = match &config.claim_check {
+        Some(cfg) => Some(crate::sink::CheckIn::new(cfg, &metrics)?),
+        None => None,
+    };
     Ok(crate::sink::kafka_sink(
         &config.kafka,
         &crate::sink::DeliveryConfig::default(),
-        config.claim_check.as_ref(),
-        &Metrics::default(),
+        check_in,
+        &metrics,
     )?)
 }
 

@@ -134,18 +134,17 @@ fn is_permanent(error: &KafkaError) -> bool {
     )
 }
 
-/// The Kafka producer as the configuration asks for it: with the claim check in front
-/// when `[claim_check]` is set.
+/// The Kafka producer, with the claim check in front when there is one.
 pub fn kafka_sink(
     kafka: &crate::kafka::KafkaConfig,
     delivery: &DeliveryConfig,
-    claim_check: Option<&ClaimCheckConfig>,
+    claim_check: Option<CheckIn>,
     metrics: &crate::monitor::Metrics,
 ) -> Result<Box<dyn Sink>, SinkError> {
     let producer = Box::new(KafkaSink::new(kafka, delivery, metrics)?);
     Ok(match claim_check {
         None => producer,
-        Some(cfg) => Box::new(ClaimCheckSink::new(producer, CheckIn::new(cfg, metrics)?)),
+        Some(check_in) => Box::new(ClaimCheckSink::new(producer, check_in)),
     })
 }
 
