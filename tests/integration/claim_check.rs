@@ -422,3 +422,54 @@ async fn exactly_once_with_a_standby_takeover_resolves_every_event_once() {
     );
     assert_eq!(duplicates, 0, "read_committed duplicates");
 }
+
+/// The store refuses the router's credentials (a wrong secret: S3 answers 403): the
+/// router stops before any record of the transaction, naming the event and the object,
+/// and the secret it signed with is in no output (its log, `validate`); with the right
+/// secret it then delivers every event.
+#[tokio::test(flavor = "multi_thread")]
+async fn refused_credentials_stop_the_router_and_never_print_the_secret() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let _store = S3_SERVICE.read().await;
+    s3_up();
+    const CANARY: &str = "canary-s3-wrong-secret-7731";
+    let (mut conn, mut setup) = fresh("claim_denied").await;
+    let topic = setup.topic("Doc");
+    let with_secret = |setup: &RouterSetup| {
+        claim_check_toml(
+            setup,
+            "max_retries = 1\nretry_timeout_secs = 2\naccess_key_id = \"router-key\"\nsecret_access_key = \"${env:IT_S3_SECRET_UNDER_TEST}\"\n",
+        )
+    };
+    setup.extra_toml = with_secret(&setup);
+    insert(&mut conn, &setup.db, &numbered("cd", 0..6)).await;
+    let env = [("IT_S3_SECRET_UNDER_TEST", CANARY)];
+    let validate = setup.cli_env(&["validate"], &env);
+    let printed = String::from_utf8_lossy(&validate.stdout).into_owned()
+        + &String::from_utf8_lossy(&validate.stderr);
+    assert!(
+        !printed.contains(CANARY),
+        "validate printed the secret:\n{printed}"
+    );
+    let mut router = setup.start_router_env(&env);
+    let status = router
+        .wait(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("the router did not stop:\n{}", router.log()));
+    let log = router.log();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("the claim check could not write the value of event cd-0")
+            && log.contains(&format!("s3://{BUCKET}/{}/", setup.db)),
+        "{log}"
+    );
+    assert!(!log.contains(CANARY), "the log holds the secret:\n{log}");
+    assert_eq!(
+        count(std::slice::from_ref(&topic)),
+        0,
+        "a record went out before its object"
+    );
+
+    let mut router = setup.start_router_env(&[("IT_S3_SECRET_UNDER_TEST", "router-s3-secret")]);
+    drain_and_stop(&mut router, std::slice::from_ref(&topic), 6);
+    check_values(&topic, 6).await;
+}
