@@ -435,13 +435,10 @@ async fn refused_credentials_stop_the_router_and_never_print_the_secret() {
     const CANARY: &str = "canary-s3-wrong-secret-7731";
     let (mut conn, mut setup) = fresh("claim_denied").await;
     let topic = setup.topic("Doc");
-    let with_secret = |setup: &RouterSetup| {
-        claim_check_toml(
-            setup,
-            "max_retries = 1\nretry_timeout_secs = 2\naccess_key_id = \"router-key\"\nsecret_access_key = \"${env:IT_S3_SECRET_UNDER_TEST}\"\n",
-        )
-    };
-    setup.extra_toml = with_secret(&setup);
+    setup.extra_toml = claim_check_toml(
+        &setup,
+        "max_retries = 1\nretry_timeout_secs = 2\naccess_key_id = \"router-key\"\nsecret_access_key = \"${env:IT_S3_SECRET_UNDER_TEST}\"\n",
+    );
     insert(&mut conn, &setup.db, &numbered("cd", 0..6)).await;
     let env = [("IT_S3_SECRET_UNDER_TEST", CANARY)];
     let validate = setup.cli_env(&["validate"], &env);
