@@ -53,8 +53,9 @@ impl CheckIn {
     }
 
     /// Writes the value of every marked record, several at once, and puts the reference
-    /// in its place (the record is then no longer marked); the first failure (after
-    /// object_store's retries) fails the batch, naming the event and the object.
+    /// in its place (the record is then no longer marked). Results are taken in record
+    /// order, so a failure (after object_store's retries) names the earliest event whose
+    /// object could not be written, whichever write finished first.
     pub async fn records(&self, records: &mut [Record]) -> Result<(), SinkError> {
         let mut jobs = Vec::new();
         for (i, r) in records.iter_mut().enumerate() {
@@ -72,7 +73,7 @@ impl CheckIn {
                 let put = self.bucket.put(&key, value).await;
                 (i, key, len, started.elapsed(), put)
             })
-            .buffer_unordered(PARALLEL_PUTS);
+            .buffered(PARALLEL_PUTS);
         while let Some((i, key, len, took, put)) = written.next().await {
             let record = &mut records[i];
             if let Err(error) = put {
