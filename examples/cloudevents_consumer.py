@@ -7,9 +7,12 @@ protocol binding says: `ce_` headers mean binary. Prints one JSON line per event
     {"topic", "partition", "offset", "mode", "attributes": {...}, "data": ...}
 
 where `data` is the SDK's data (a JSON value or a string) or, for bytes,
-{"base64": "..."}; times print as RFC 3339.
+{"base64": "..."}; times print as RFC 3339. Avro data (`datacontenttype`
+application/avro) with a `dataschema` is decoded with the schema fetched from that URL
+(a Confluent-compatible registry's `/schemas/ids/{id}`): `data` is then the decoded
+record and `schema_id` the id the value's framing names.
 
-    pip install cloudevents==2.2.0 confluent-kafka==2.16.1
+    pip install cloudevents==2.2.0 confluent-kafka==2.16.1 fastavro==1.13.1
     examples/cloudevents_consumer.py --bootstrap 127.0.0.1:9092 --topic outbox.event.Order --count 10
 
 The suite runs it (tests/integration/cloudevents.rs) against the router's output.
@@ -17,9 +20,12 @@ The suite runs it (tests/integration/cloudevents.rs) against the router's output
 
 import argparse
 import base64
+import io
 import json
+import struct
 import sys
 import time
+import urllib.request
 
 from cloudevents.core.bindings.kafka import KafkaMessage, from_kafka_event
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -32,6 +38,24 @@ def readable(value):
     if hasattr(value, "isoformat"):
         return value.isoformat()
     return value
+
+
+SCHEMAS = {}
+
+
+def avro_data(event, data):
+    """Avro data decoded with the schema its `dataschema` URL serves, and the schema id
+    of its Confluent framing (magic byte 0, 4-byte id), which must be the URL's."""
+    import fastavro
+
+    url = event.get_attributes()["dataschema"]
+    if url not in SCHEMAS:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            SCHEMAS[url] = fastavro.parse_schema(json.loads(json.load(answer)["schema"]))
+    magic, schema_id = struct.unpack(">bI", data[:5])
+    if magic != 0 or not url.endswith(f"/{schema_id}"):
+        sys.exit(f"event {event.get_id()}: framing {magic}/{schema_id} does not match {url}")
+    return schema_id, fastavro.schemaless_reader(io.BytesIO(data[5:]), SCHEMAS[url])
 
 
 def main():
@@ -68,14 +92,20 @@ def main():
         headers = {k: v for k, v in (msg.headers() or [])}
         binary = any(k.lower().startswith("ce_") for k in headers)
         event = from_kafka_event(KafkaMessage(headers=headers, key=msg.key(), value=msg.value() or b""))
-        print(json.dumps({
+        line = {
             "topic": msg.topic(),
             "partition": msg.partition(),
             "offset": msg.offset(),
             "mode": "binary" if binary else "structured",
             "attributes": {k: readable(v) for k, v in event.get_attributes().items()},
             "data": readable(event.get_data()),
-        }), flush=True)
+        }
+        data = event.get_data()
+        if "dataschema" in event.get_attributes() and data is not None:
+            # Binary mode: the SDK makes text of a value that happens to be UTF-8.
+            raw = data.encode("utf-8") if isinstance(data, str) else data
+            line["schema_id"], line["data"] = avro_data(event, raw)
+        print(json.dumps(line), flush=True)
         read += 1
     consumer.close()
 

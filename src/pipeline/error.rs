@@ -57,7 +57,7 @@ pub enum PipelineError {
     },
     #[error("{0}")]
     Rules(String),
-    #[error("value.format = \"avro\" encodes the payload alone; it cannot be combined with envelope placements (table.fields.additional.placement …:envelope)")]
+    #[error("Avro values (value.format = \"avro\", or CloudEvents with data_format = \"avro\") encode the payload alone; they cannot be combined with envelope placements (table.fields.additional.placement …:envelope)")]
     AvroWithEnvelope,
     #[error("cannot listen on monitor.listen {addr}: {source}")]
     MonitorListen {

@@ -11,26 +11,28 @@ use super::PipelineError;
 use crate::config::Config;
 use crate::monitor::Metrics;
 use crate::outbox::{Mapper, OnInvalid};
-use crate::route::ValueFormat;
 use crate::route::{AvroValues, Batch, CloudEvents, Router};
+use crate::route::{CloudEventsData, ValueFormat};
 use crate::source::{BinlogReader, Transaction};
 
 /// The outbox and route stages, as configured (schemas loaded and, with a registry,
 /// registered).
 pub(crate) async fn stages(config: &Config) -> Result<(Mapper, Router), PipelineError> {
     let rules = std::sync::Arc::new(config.rules().map_err(PipelineError::Rules)?);
-    let (mut avro, mut cloudevents) = (None, None);
-    match config.value.format {
-        ValueFormat::Json => {}
-        ValueFormat::Avro if rules.has_envelope() => return Err(PipelineError::AvroWithEnvelope),
-        ValueFormat::Avro => {
-            avro = Some(std::sync::Arc::new(AvroValues::load(&config.value).await?))
-        }
+    let format = config.value.format;
+    let cloudevents = match format {
         ValueFormat::CloudEvents => {
-            cloudevents =
-                Some(CloudEvents::new(&config.value.cloudevents).map_err(PipelineError::Rules)?)
+            Some(CloudEvents::new(&config.value.cloudevents).map_err(PipelineError::Rules)?)
         }
-    }
+        _ => None,
+    };
+    let avro_data = format == ValueFormat::Avro
+        || (cloudevents.is_some() && config.value.cloudevents.data_format == CloudEventsData::Avro);
+    let avro = match avro_data {
+        true if rules.has_envelope() => return Err(PipelineError::AvroWithEnvelope),
+        true => Some(std::sync::Arc::new(AvroValues::load(&config.value).await?)),
+        false => None,
+    };
     let mapper = Mapper::new(rules.clone());
     let router = Router::new(rules, &config.route, config.kafka.max_message_bytes())
         .with_avro(avro)

@@ -144,6 +144,16 @@ impl AvroValues {
         Ok(Ok(out))
     }
 
+    /// Where the registry serves the schema of a value `encode` framed for it (its
+    /// Confluent schema id); none without a registry.
+    pub fn schema_uri(&self, value: &[u8]) -> Option<String> {
+        let (registry, _) = self.registry.as_ref()?;
+        match value {
+            [0, a, b, c, d, ..] => Some(registry.schema_uri(u32::from_be_bytes([*a, *b, *c, *d]))),
+            _ => None,
+        }
+    }
+
     /// The schema's index and the encoded datum, or why the payload does not fit.
     fn datum(&self, e: &OutboxEvent, payload: &[u8]) -> Result<(usize, Vec<u8>), String> {
         let i = self.schema_of(e)?;

@@ -7,7 +7,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde_json::{Map, Value};
 
-use super::config::{CloudEventsConfig, CloudEventsMode};
+use super::config::{CloudEventsConfig, CloudEventsData, CloudEventsMode, AVRO_CONTENT_TYPE};
 use crate::outbox::OutboxEvent;
 
 /// The content type of a structured-mode record.
@@ -34,10 +34,20 @@ pub struct Wrapped {
 impl CloudEvents {
     /// The settings, checked: every attribute the spec requires can be filled.
     pub fn new(cfg: &CloudEventsConfig) -> Result<Self, String> {
+        let content_type = match (cfg.data_format, &cfg.data_content_type) {
+            (CloudEventsData::Payload, None) => "application/json",
+            (CloudEventsData::Avro, None) => AVRO_CONTENT_TYPE,
+            (CloudEventsData::Avro, Some(t)) if essence(t) != AVRO_CONTENT_TYPE => {
+                return Err(format!(
+                    "value.cloudevents.data_content_type is {t:?}, but data_format = \"avro\" makes the data {AVRO_CONTENT_TYPE}: remove the key"
+                ))
+            }
+            (_, Some(t)) => t.as_str(),
+        };
         for (key, value) in [
-            ("source", &cfg.source),
+            ("source", cfg.source.as_str()),
             ("type_header", &cfg.type_header),
-            ("data_content_type", &cfg.data_content_type),
+            ("data_content_type", content_type),
         ] {
             if value.trim().is_empty() {
                 return Err(format!(
@@ -45,30 +55,26 @@ impl CloudEvents {
                 ));
             }
         }
-        let essence = cfg
-            .data_content_type
-            .split(';')
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .to_ascii_lowercase();
+        let essence = essence(content_type);
         Ok(Self {
             mode: cfg.mode,
             source: cfg.source.clone(),
             type_header: cfg.type_header.clone(),
-            content_type: cfg.data_content_type.clone(),
+            content_type: content_type.to_string(),
             json_data: essence == "application/json" || essence.ends_with("+json"),
         })
     }
 
-    /// `value` (the payload, or the envelope when columns are placed in one) as the
-    /// data of a CloudEvent about `e`, at `time_ms`. An event without a type cannot be
-    /// a CloudEvent: that is an invalid row, named with the header it lacks.
+    /// `value` (the payload, its Avro encoding, or the envelope when columns are placed
+    /// in one) as the data of a CloudEvent about `e`, at `time_ms`, its schema at
+    /// `dataschema` when one is known. An event without a type cannot be a CloudEvent:
+    /// that is an invalid row, named with the header it lacks.
     pub fn wrap(
         &self,
         e: &OutboxEvent,
         value: Option<Vec<u8>>,
         time_ms: i64,
+        dataschema: Option<String>,
     ) -> Result<Wrapped, String> {
         let kind = e
             .headers
@@ -99,6 +105,9 @@ impl CloudEvents {
         ];
         if let Some(time) = rfc3339(time_ms) {
             attributes.push(("time", time));
+        }
+        if let Some(uri) = dataschema {
+            attributes.push(("dataschema", uri));
         }
         Ok(match self.mode {
             CloudEventsMode::Binary => {
@@ -166,6 +175,16 @@ impl CloudEvents {
     }
 }
 
+/// A media type without its parameters, lower case.
+fn essence(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
 /// RFC 3339 with milliseconds, UTC; none before 1970 (the attribute is optional).
 fn rfc3339(ms: i64) -> Option<String> {
     let ms = u64::try_from(ms).ok()?;
@@ -184,7 +203,7 @@ mod tests {
     fn config(mode: CloudEventsMode, content_type: &str) -> CloudEvents {
         CloudEvents::new(&CloudEventsConfig {
             mode,
-            data_content_type: content_type.into(),
+            data_content_type: Some(content_type.into()),
             ..CloudEventsConfig::default()
         })
         .unwrap()
@@ -198,6 +217,7 @@ mod tests {
                 &event(vec![("type", "OrderCreated")]),
                 Some(br#"{"n":1}"#.to_vec()),
                 1_700_000_000_123,
+                None,
             )
             .unwrap();
         let v: Value = serde_json::from_slice(&w.value.unwrap()).unwrap();
@@ -216,7 +236,12 @@ mod tests {
     fn bytes_that_are_not_json_keep_every_byte_in_data_base64() {
         let ce = config(CloudEventsMode::Structured, "application/json");
         let w = ce
-            .wrap(&event(vec![("type", "T")]), Some(vec![0xff, 0x00, b'{']), 0)
+            .wrap(
+                &event(vec![("type", "T")]),
+                Some(vec![0xff, 0x00, b'{']),
+                0,
+                None,
+            )
             .unwrap();
         let v: Value = serde_json::from_slice(&w.value.unwrap()).unwrap();
         assert_eq!(v["data_base64"], "/wB7");
@@ -227,7 +252,7 @@ mod tests {
     fn binary_keeps_the_value_and_puts_attributes_in_ce_headers() {
         let ce = config(CloudEventsMode::Binary, "application/json");
         let w = ce
-            .wrap(&event(vec![("type", "T")]), Some(b"{}".to_vec()), 0)
+            .wrap(&event(vec![("type", "T")]), Some(b"{}".to_vec()), 0, None)
             .unwrap();
         assert_eq!(w.value.as_deref(), Some(&b"{}"[..]));
         let names: Vec<_> = w.headers.iter().map(|(k, _)| k.as_str()).collect();
@@ -248,7 +273,57 @@ mod tests {
     #[test]
     fn an_event_without_a_type_is_refused_naming_the_header() {
         let ce = config(CloudEventsMode::Binary, "application/json");
-        let err = ce.wrap(&event(vec![]), None, 0).err().unwrap();
+        let err = ce.wrap(&event(vec![]), None, 0, None).err().unwrap();
         assert!(err.contains("\"type\" header"), "{err}");
+    }
+
+    /// Avro data: `application/avro`, the bytes in `data_base64` (structured) or the
+    /// value (binary), the schema's URL as `dataschema`; a JSON content type with Avro
+    /// data is refused.
+    #[test]
+    fn avro_data_carries_its_schema_reference() {
+        let avro = |mode, content_type: Option<&str>| {
+            CloudEvents::new(&CloudEventsConfig {
+                mode,
+                data_format: CloudEventsData::Avro,
+                data_content_type: content_type.map(Into::into),
+                ..CloudEventsConfig::default()
+            })
+        };
+        let uri = "http://registry:8081/schemas/ids/7".to_string();
+        let framed = vec![0, 0, 0, 0, 7, 2, b'a'];
+        let ce = avro(CloudEventsMode::Structured, None).unwrap();
+        let w = ce
+            .wrap(
+                &event(vec![("type", "T")]),
+                Some(framed.clone()),
+                0,
+                Some(uri.clone()),
+            )
+            .unwrap();
+        let v: Value = serde_json::from_slice(&w.value.unwrap()).unwrap();
+        assert_eq!(v["datacontenttype"], "application/avro");
+        assert_eq!(v["dataschema"], uri.as_str());
+        assert_eq!(v["data_base64"], "AAAAAAcCYQ==");
+        let ce = avro(CloudEventsMode::Binary, None).unwrap();
+        let w = ce
+            .wrap(
+                &event(vec![("type", "T")]),
+                Some(framed.clone()),
+                0,
+                Some(uri.clone()),
+            )
+            .unwrap();
+        assert_eq!(w.value, Some(framed));
+        assert!(w
+            .headers
+            .iter()
+            .any(|(k, v)| k == "ce_dataschema" && v == uri.as_bytes()));
+        assert!(w
+            .headers
+            .iter()
+            .any(|(k, v)| k == "content-type" && v == b"application/avro"));
+        let err = avro(CloudEventsMode::Binary, Some("application/json")).unwrap_err();
+        assert!(err.contains("data_format = \"avro\""), "{err}");
     }
 }

@@ -73,9 +73,16 @@ pub struct CloudEventsConfig {
     /// attribute: `type` is where the event type column goes by default.
     #[serde(default = "default_ce_type_header")]
     pub type_header: String,
-    /// The `datacontenttype` attribute: what the payload column holds.
-    #[serde(default = "default_ce_content_type")]
-    pub data_content_type: String,
+    /// The `datacontenttype` attribute: what the payload column holds; unset,
+    /// `application/json` (`application/avro` for Avro data).
+    #[serde(default)]
+    pub data_content_type: Option<String>,
+    /// `payload`: the data is the payload as stored; `avro`: the JSON payload encoded
+    /// against its schema as `value.format = "avro"` does (`value.schemas`,
+    /// `value.schema_by`, `[value.registry]`), `datacontenttype` `application/avro` and,
+    /// with a registry, `dataschema` the schema's URL there.
+    #[serde(default)]
+    pub data_format: CloudEventsData,
 }
 
 impl Default for CloudEventsConfig {
@@ -84,7 +91,8 @@ impl Default for CloudEventsConfig {
             mode: CloudEventsMode::default(),
             source: default_ce_source(),
             type_header: default_ce_type_header(),
-            data_content_type: default_ce_content_type(),
+            data_content_type: None,
+            data_format: CloudEventsData::default(),
         }
     }
 }
@@ -100,16 +108,26 @@ pub enum CloudEventsMode {
     Binary,
 }
 
+/// What a CloudEvent's data is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CloudEventsData {
+    /// The payload column's bytes as stored.
+    #[default]
+    Payload,
+    /// The payload encoded as Avro against its schema.
+    Avro,
+}
+
+/// The `datacontenttype` of Avro data.
+pub const AVRO_CONTENT_TYPE: &str = "application/avro";
+
 fn default_ce_source() -> String {
     "/outbox/${database}/${table}".into()
 }
 
 fn default_ce_type_header() -> String {
     "type".into()
-}
-
-fn default_ce_content_type() -> String {
-    "application/json".into()
 }
 
 /// A Confluent-compatible schema registry.

@@ -13,8 +13,8 @@ mod registry;
 pub use avro::{AvroError, AvroValues, SharedAvro};
 pub use cloudevents::CloudEvents;
 pub use config::{
-    CloudEventsConfig, CloudEventsMode, RegistryConfig, RouteConfig, SubjectStrategy, ValueConfig,
-    ValueFormat,
+    CloudEventsConfig, CloudEventsData, CloudEventsMode, RegistryConfig, RouteConfig,
+    SubjectStrategy, ValueConfig, ValueFormat,
 };
 pub use registry::{Registry, RegistryError};
 
@@ -269,16 +269,20 @@ impl Router {
             }
         }
         let mut value = self.value(&mut e);
+        let mut dataschema = None;
         if let (Some(avro), Some(payload)) = (&self.avro, &value) {
             match avro.encode(&e, &topic, payload)? {
-                Ok(v) => value = Some(v),
+                Ok(v) => {
+                    dataschema = avro.schema_uri(&v);
+                    value = Some(v);
+                }
                 Err(reason) => return Ok(Err(InvalidEvent::of(&e, reason))),
             }
         }
         let tombstone = value.is_none() && self.rules.tombstone_on_empty;
         if let (Some(ce), false) = (&self.cloudevents, tombstone) {
             let time_ms = e.timestamp_ms.unwrap_or(commit_time_ms);
-            match ce.wrap(&e, value.take(), time_ms) {
+            match ce.wrap(&e, value.take(), time_ms, dataschema) {
                 Ok(wrapped) => {
                     value = wrapped.value;
                     e.headers.extend(wrapped.headers);

@@ -142,6 +142,17 @@ impl Registry {
         Ok(Self { client, base, auth })
     }
 
+    /// The URL where the registry serves the schema with this id (Confluent's
+    /// `GET /schemas/ids/{id}`), without credentials.
+    pub fn schema_uri(&self, id: u32) -> String {
+        let mut url = self.base.clone();
+        url.path_segments_mut()
+            .expect("an http(s) base URL")
+            .pop_if_empty()
+            .extend(["schemas", "ids", &id.to_string()]);
+        url.to_string()
+    }
+
     /// Registers `schema` under `subject` (or finds it registered) and returns its id.
     pub async fn register(&self, subject: &str, schema: &Schema) -> Result<u32, RegistryError> {
         let fail = |reason: String| RegistryError::Register {

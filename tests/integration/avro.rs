@@ -278,6 +278,74 @@ const CREATED: &str =
     r#"{"orderId":"o-1","customerId":"c-1","total":12.5,"lines":[{"sku":"A","quantity":2}]}"#;
 const CANCELLED: &str = r#"{"orderId":"o-1","reason":null}"#;
 
+/// CloudEvents with Avro data (`[value.cloudevents] data_format = "avro"`), in both
+/// modes, read by the CloudEvents SDK consumer: `datacontenttype` application/avro,
+/// `dataschema` the registry's URL for the schema id the value's framing names (without
+/// the credentials of the configured registry URL), the data decoded with the schema
+/// fetched from that URL equal to the row; a payload that does not fit its schema is
+/// dead-lettered; the registry password is in no output.
+#[tokio::test(flavor = "multi_thread")]
+async fn cloudevents_carry_avro_data_and_its_schema_url() {
+    const CANARY: &str = "canary-registry-5521";
+    let _settings = SERVER_SETTINGS.read().await;
+    let _registry = take_registry(true).await;
+    let rows = [
+        ("created", "Order", "OrderCreated", CREATED),
+        ("cancelled", "Order", "OrderCancelled", CANCELLED),
+        (
+            "misfit",
+            "Order",
+            "OrderCreated",
+            r#"{"orderId":"o-2","total":1}"#,
+        ),
+    ];
+    for mode in ["structured", "binary"] {
+        let (mut conn, mut setup, dlq) = avro_fresh(&format!("ce_avro_{mode}"), None).await;
+        let url = registry_url().replace("http://", &format!("http://reader:{CANARY}@"));
+        setup.extra_toml = format!(
+            "[value]\nformat = \"cloudevents\"\nschemas = \"{}\"\nregistry = {{ url = \"{url}\" }}\n[value.cloudevents]\nmode = \"{mode}\"\ndata_format = \"avro\"\n",
+            repo_root().join("schemas").display(),
+        );
+        insert_rows(&mut conn, &setup.db, &rows).await;
+        let order = setup.topic("Order");
+        let mut router = setup.start_router();
+        drain_and_stop(&mut router, &[order.clone(), dlq.clone()], rows.len());
+        let log = router.log();
+        assert!(
+            !log.contains(CANARY),
+            "the log holds the registry password:\n{log}"
+        );
+
+        let events = crate::cloudevents::sdk_read(&order, 2);
+        for (event, (id, _, kind, payload)) in events.iter().zip(&rows) {
+            let a = &event["attributes"];
+            assert_eq!(event["mode"], mode, "{event}");
+            assert_eq!(a["id"], *id, "{event}");
+            assert_eq!(a["type"], *kind, "{event}");
+            assert_eq!(a["datacontenttype"], "application/avro", "{event}");
+            assert_eq!(
+                a["dataschema"],
+                format!("{}/schemas/ids/{}", registry_url(), event["schema_id"]),
+                "{event}"
+            );
+            let mut expected: serde_json::Value = serde_json::from_str(payload).unwrap();
+            if *kind == "OrderCreated" {
+                expected["currency"] = "EUR".into(); // the schema's default
+            }
+            assert_eq!(event["data"], expected, "{mode} {id}: {event}");
+        }
+        assert_ne!(events[0]["schema_id"], events[1]["schema_id"]);
+        let dead = read_all(&[dlq]);
+        assert_eq!(dead.len(), 1, "{mode}: the misfit is dead-lettered");
+        assert_eq!(dead[0].id(), "misfit");
+        assert_eq!(
+            read_all(&[order]).len(),
+            2,
+            "{mode}: nothing lost or doubled"
+        );
+    }
+}
+
 /// With a registry (`subject = "topic"`), values carry the Confluent framing: magic
 /// byte 0 and the id under which a real registry (Apicurio's Confluent API) holds the
 /// schema; each topic's schemas become versions of `<topic>-value`; a misfit is still

@@ -66,10 +66,17 @@ async fn run(mode: &str) -> (Vec<Value>, Vec<Msg>, Vec<Msg>) {
     let mut router = setup.start_router();
     let topics = [topic.clone(), dlq.clone()];
     drain_and_stop(&mut router, &topics, rows().len());
+    let decoded = sdk_read(&topic, 4);
+    (decoded, read_all(&[topic]), read_all(&[dlq]))
+}
+
+/// The first `count` records of `topic` as the CloudEvents SDK reads them
+/// (examples/cloudevents_consumer.py, a JSON line each).
+pub(crate) fn sdk_read(topic: &str, count: usize) -> Vec<Value> {
     let output = std::process::Command::new(repo_root().join(".local/venv/bin/python"))
         .arg(repo_root().join("examples/cloudevents_consumer.py"))
-        .args(["--bootstrap", &kafka_bootstrap(), "--topic", &topic])
-        .args(["--count", "4", "--timeout-secs", "60"])
+        .args(["--bootstrap", &kafka_bootstrap(), "--topic", topic])
+        .args(["--count", &count.to_string(), "--timeout-secs", "60"])
         .output()
         .expect(
             "run examples/cloudevents_consumer.py (scripts/services deps installs its packages)",
@@ -79,12 +86,11 @@ async fn run(mode: &str) -> (Vec<Value>, Vec<Msg>, Vec<Msg>) {
         "the SDK consumer failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let decoded = String::from_utf8(output.stdout)
+    String::from_utf8(output.stdout)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    (decoded, read_all(&[topic]), read_all(&[dlq]))
+        .collect()
 }
 
 /// What the SDK must read for each event of `rows()` (the untyped one excepted).
