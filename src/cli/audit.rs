@@ -22,8 +22,12 @@ pub(super) fn run(config: &Config, json: bool) -> Result<ExitCode> {
         } else {
             e.outcome.as_str()
         };
+        let objects = match e.objects.len() {
+            0 => String::new(),
+            n => format!("; {n} claim-check object(s): {}", e.objects.join(", ")),
+        };
         println!(
-            "{at}  {id}  {action} by {by}: {count} record(s) to [{topics}], {first} … {last}; {outcome}; reason: {reason}; selection: {sel}",
+            "{at}  {id}  {action} by {by}: {count} record(s) to [{topics}], {first} … {last}{objects}; {outcome}; reason: {reason}; selection: {sel}",
             at = e.at,
             id = e.id,
             action = e.action,

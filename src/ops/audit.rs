@@ -70,6 +70,9 @@ pub struct AuditEntry {
     pub last_event_id: Option<String>,
     /// Topics written to.
     pub topics: Vec<String>,
+    /// The claim check's objects (`s3://bucket/key`) written for the records sent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<String>,
 }
 
 impl AuditEntry {
@@ -218,6 +221,7 @@ mod tests {
             first_event_id: None,
             last_event_id: None,
             topics: Vec::new(),
+            objects: Vec::new(),
         }
     }
 

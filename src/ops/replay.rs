@@ -136,6 +136,7 @@ pub async fn replay(
         first_event_id: None,
         last_event_id: None,
         topics: Vec::new(),
+        objects: Vec::new(),
     };
     let sink = table_sink(config, opts.dry_run).map_err(|e| OpsError::Pipeline(Box::new(e)))?;
     let trail = AuditTrail::new(&config.ops, &config.checkpoint);
@@ -149,6 +150,7 @@ pub async fn replay(
     rows.header = Some((config.ops.replay_header.clone(), id.into_bytes()));
     rows.rate = opts.rate;
     let mut topics = BTreeSet::new();
+    let mut objects = Vec::new();
     let (mut first, mut last, mut handed) = (None, None, 0u64);
     let sent = {
         let publish = republish(config, &mut conn, &rows, sink.as_ref(), |r| {
@@ -156,6 +158,10 @@ pub async fn replay(
             first.get_or_insert_with(|| event_id.clone());
             last = Some(event_id);
             topics.insert(r.topic.to_string());
+            if let (Some(cc), true) = (&config.claim_check, r.claim_check) {
+                let size = r.value.as_ref().map_or(0, Vec::len);
+                objects.push(cc.reference(&r.topic, &r.event.id, size).location());
+            }
             handed += 1;
             listed(r);
         });
@@ -167,6 +173,7 @@ pub async fn replay(
     entry.first_event_id = first;
     entry.last_event_id = last;
     entry.topics = topics.into_iter().collect();
+    entry.objects = objects;
     // On a stop or failure the count is of records handed to Kafka, not all of them
     // acknowledged; the outcome says so.
     entry.count = handed;

@@ -91,9 +91,10 @@ pub struct InvalidEvent {
 }
 
 impl InvalidEvent {
-    /// An invalid-event error about an already mapped event.
-    pub fn of(event: &OutboxEvent, reason: impl Into<String>) -> Self {
-        let text = dead_letter_json;
+    /// An invalid-event error about an already mapped event, its columns copied as
+    /// `copy` says.
+    pub fn of(event: &OutboxEvent, reason: impl Into<String>, copy: RowCopy) -> Self {
+        let text = |b: &[u8]| copy.json(b);
         let row = serde_json::json!({
             "event_id": text(&event.id.0),
             "route_value": event.route_value,
@@ -115,12 +116,32 @@ impl InvalidEvent {
 /// must still fit the dead-letter topic.
 const DEAD_LETTER_VALUE_CAP: usize = 64 * 1024;
 
-/// A column value for a dead-letter record: as `bytes_json`, but values over 64 KiB
-/// become `{"truncated_bytes": N, "prefix": …}`.
-pub(crate) fn dead_letter_json(b: &[u8]) -> serde_json::Value {
-    if b.len() > DEAD_LETTER_VALUE_CAP {
-        let prefix = String::from_utf8_lossy(&b[..1024]).into_owned();
-        return serde_json::json!({ "truncated_bytes": b.len(), "prefix": prefix });
+/// How much of each column a dead-letter record copies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RowCopy {
+    /// Values over 64 KiB become `{"truncated_bytes": N, "prefix": …}`: without a claim
+    /// check the record must fit the dead-letter topic (the row stays in the table).
+    #[default]
+    Capped,
+    /// Every byte: the claim check takes a dead letter too large for the topic.
+    Whole,
+}
+
+impl RowCopy {
+    /// Whole rows where a claim check takes what the dead-letter topic cannot.
+    pub fn with_claim_check(claim_check: bool) -> Self {
+        match claim_check {
+            true => RowCopy::Whole,
+            false => RowCopy::Capped,
+        }
     }
-    bytes_json(b)
+
+    /// A column value for a dead-letter record, as `bytes_json` within this copy's cap.
+    pub fn json(self, b: &[u8]) -> serde_json::Value {
+        if self == RowCopy::Capped && b.len() > DEAD_LETTER_VALUE_CAP {
+            let prefix = String::from_utf8_lossy(&b[..1024]).into_owned();
+            return serde_json::json!({ "truncated_bytes": b.len(), "prefix": prefix });
+        }
+        bytes_json(b)
+    }
 }

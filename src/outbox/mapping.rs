@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tracing::{error, warn};
 
 use super::value;
-use super::{EventId, InvalidEvent, OnUpdate, OutboxEvent, Placement, Rules};
+use super::{EventId, InvalidEvent, OnUpdate, OutboxEvent, Placement, RowCopy, Rules};
 use crate::source::{RowChange, RowImage, RowOp, Transaction};
 
 /// A transaction's events, ready for routing.
@@ -41,12 +41,14 @@ pub struct Ignored {
 /// Maps outbox rows to events.
 pub struct Mapper {
     rules: Arc<Rules>,
+    /// How an invalid row's columns are copied for its dead letter.
+    copy: RowCopy,
 }
 
 impl Mapper {
-    /// A mapper following `rules`.
-    pub fn new(rules: Arc<Rules>) -> Self {
-        Self { rules }
+    /// A mapper following `rules`, copying invalid rows as `copy` says.
+    pub fn new(rules: Arc<Rules>, copy: RowCopy) -> Self {
+        Self { rules, copy }
     }
 
     /// Maps every insert of a transaction; updates and deletes are counted and ignored
@@ -120,7 +122,11 @@ impl Mapper {
             position: position.clone(),
             event_id,
             reason,
-            row: change.row.as_ref().map(row_json).unwrap_or_default(),
+            row: change
+                .row
+                .as_ref()
+                .map(|r| row_json(r, self.copy))
+                .unwrap_or_default(),
         };
         let Some(row) = change.row.as_ref() else {
             return Err(invalid(
@@ -231,11 +237,11 @@ fn bad_trace_context(table: &crate::position::TableName, id: &EventId, column: &
 }
 
 /// The whole row as JSON, for dead-letter records.
-fn row_json(row: &RowImage) -> serde_json::Value {
+fn row_json(row: &RowImage, copy: RowCopy) -> serde_json::Value {
     let mut out = serde_json::Map::new();
     for (i, name) in row.names().iter().enumerate() {
         let value = match row.get(i).map(value::to_bytes) {
-            Some(Ok(Some(b))) => super::dead_letter_json(&b),
+            Some(Ok(Some(b))) => copy.json(&b),
             Some(Err(e)) => serde_json::json!({ "undecodable": e }),
             _ => serde_json::Value::Null,
         };

@@ -11,8 +11,7 @@ pub mod trace;
 mod value;
 
 pub use config::{ColumnMapping, OutboxConfig};
-pub(crate) use event::dead_letter_json;
-pub use event::{EventId, InvalidEvent, OutboxEvent};
+pub use event::{EventId, InvalidEvent, OutboxEvent, RowCopy};
 pub use mapping::{Ignored, MappedTransaction, Mapper};
 pub use policy::OnInvalid;
 pub use rules::{parse_placements, Additional, OnUpdate, Placement, Rules};

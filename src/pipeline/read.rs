@@ -10,7 +10,7 @@ use tracing::warn;
 use super::PipelineError;
 use crate::config::Config;
 use crate::monitor::Metrics;
-use crate::outbox::{Mapper, OnInvalid};
+use crate::outbox::{Mapper, OnInvalid, RowCopy};
 use crate::route::{AvroValues, Batch, CloudEvents, Router};
 use crate::route::{CloudEventsData, ValueFormat};
 use crate::source::{BinlogReader, Transaction};
@@ -33,11 +33,12 @@ pub(crate) async fn stages(config: &Config) -> Result<(Mapper, Router), Pipeline
         true => Some(std::sync::Arc::new(AvroValues::load(&config.value).await?)),
         false => None,
     };
-    let mapper = Mapper::new(rules.clone());
+    let offload = config.offload();
+    let mapper = Mapper::new(rules.clone(), RowCopy::with_claim_check(offload.is_some()));
     let router = Router::new(rules, &config.route, config.kafka.max_message_bytes())
         .with_avro(avro)
         .with_cloudevents(cloudevents)
-        .with_offload(config.offload());
+        .with_offload(offload);
     Ok((mapper, router))
 }
 

@@ -21,7 +21,7 @@ pub use registry::{Registry, RegistryError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::outbox::{EventId, InvalidEvent, MappedTransaction, OutboxEvent, Rules};
+use crate::outbox::{EventId, InvalidEvent, MappedTransaction, OutboxEvent, RowCopy, Rules};
 use crate::position::Position;
 
 /// A record ready for a sink.
@@ -193,7 +193,8 @@ impl Router {
     }
 
     /// The dead-letter record for an invalid row: raw row, reason and position as JSON,
-    /// the same event id header, keyed by event id.
+    /// the same event id header, keyed by event id. A value over the claim check's
+    /// threshold (a large row) goes to the bucket like any other.
     pub fn dead_letter(&self, topic: &str, bad: &InvalidEvent, commit_time_ms: i64) -> Record {
         let event_id = bad.event_id.clone().unwrap_or(EventId(Vec::new()));
         let value = serde_json::json!({
@@ -202,7 +203,13 @@ impl Router {
             "event_id": bad.event_id.as_ref().map(|e| e.to_string()),
             "reason": bad.reason,
             "row": bad.row,
-        });
+        })
+        .to_string()
+        .into_bytes();
+        let claim_check = self
+            .offload
+            .as_ref()
+            .is_some_and(|o| value.len() > o.threshold_bytes);
         let headers = self.headers(
             bad.event_id.as_ref(),
             vec![
@@ -214,7 +221,7 @@ impl Router {
         Record {
             topic: topic.into(),
             key: event_id.0.clone(),
-            value: Some(value.to_string().into_bytes()),
+            value: Some(value),
             headers,
             timestamp_ms: commit_time_ms,
             partition: None,
@@ -223,7 +230,7 @@ impl Router {
                 position: bad.position.clone(),
                 id: event_id,
             },
-            claim_check: false,
+            claim_check,
         }
     }
 
@@ -256,7 +263,7 @@ impl Router {
     ) -> Result<Result<Record, InvalidEvent>, RegistryError> {
         let topic = match self.topic(&e.route_value, topics) {
             Ok(topic) => topic,
-            Err(reason) => return Ok(Err(InvalidEvent::of(&e, reason))),
+            Err(reason) => return Ok(Err(self.invalid(&e, reason))),
         };
         let mut e = e;
         // A payload that moves into the value is checked before, so an invalid event still
@@ -265,7 +272,7 @@ impl Router {
         if moved {
             let len = e.payload.as_ref().map_or(0, Vec::len);
             if let Err(reason) = self.fits(&e, len) {
-                return Ok(Err(InvalidEvent::of(&e, reason)));
+                return Ok(Err(self.invalid(&e, reason)));
             }
         }
         let mut value = self.value(&mut e);
@@ -276,7 +283,7 @@ impl Router {
                     dataschema = avro.schema_uri(&v);
                     value = Some(v);
                 }
-                Err(reason) => return Ok(Err(InvalidEvent::of(&e, reason))),
+                Err(reason) => return Ok(Err(self.invalid(&e, reason))),
             }
         }
         let tombstone = value.is_none() && self.rules.tombstone_on_empty;
@@ -287,12 +294,12 @@ impl Router {
                     value = wrapped.value;
                     e.headers.extend(wrapped.headers);
                 }
-                Err(reason) => return Ok(Err(InvalidEvent::of(&e, reason))),
+                Err(reason) => return Ok(Err(self.invalid(&e, reason))),
             }
         }
         if !moved {
             if let Err(reason) = self.fits(&e, value.as_ref().map_or(0, Vec::len)) {
-                return Ok(Err(InvalidEvent::of(&e, reason)));
+                return Ok(Err(self.invalid(&e, reason)));
             }
         }
         let claim_check = value.as_ref().is_some_and(|v| self.offloads(&e, v.len()));
@@ -340,6 +347,12 @@ impl Router {
     /// moves, not copies.
     fn moves_payload(&self) -> bool {
         self.avro.is_none() && self.cloudevents.is_none() && !self.rules.has_envelope()
+    }
+
+    /// An event that cannot be a record: with a claim check its dead letter may carry
+    /// the whole row (the bucket takes what the topic cannot), else columns capped.
+    fn invalid(&self, e: &OutboxEvent, reason: String) -> InvalidEvent {
+        InvalidEvent::of(e, reason, RowCopy::with_claim_check(self.offload.is_some()))
     }
 
     /// Kafka would reject a record over the producer's `message.max.bytes`; a value the

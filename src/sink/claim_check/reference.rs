@@ -54,13 +54,15 @@ impl Reference {
             .into_bytes()
     }
 
+    /// `s3://bucket/key`.
+    pub fn location(&self) -> String {
+        format!("s3://{}/{}", self.bucket, self.key)
+    }
+
     /// The headers a claim-checked record gains.
     pub fn headers(&self) -> [(String, Vec<u8>); 2] {
         [
-            (
-                HEADER.to_string(),
-                format!("s3://{}/{}", self.bucket, self.key).into_bytes(),
-            ),
+            (HEADER.to_string(), self.location().into_bytes()),
             (SIZE_HEADER.to_string(), self.size.to_string().into_bytes()),
         ]
     }
