@@ -564,3 +564,57 @@ async fn refused_credentials_stop_the_router_and_never_print_the_secret() {
     drain_and_stop(&mut router, std::slice::from_ref(&topic), 6);
     check_values(&topic, 6).await;
 }
+
+/// The `x-amz-server-side-encryption` the store reports for an object (a signed HEAD).
+fn object_encryption(location: &[u8]) -> Option<String> {
+    let url = String::from_utf8_lossy(location).into_owned();
+    let path = url.strip_prefix("s3://").unwrap();
+    let out = std::process::Command::new("curl")
+        .args(["-sfI", "--max-time", "10", "--cacert"])
+        .arg(repo_root().join(".local/tls/ca.pem"))
+        .args(["--aws-sigv4", "aws:amz:us-east-1:s3"])
+        .args(["--user", "router-key:router-s3-secret"])
+        .arg(format!("{ENDPOINT}/{path}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "HEAD {url}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("x-amz-server-side-encryption")
+            .then(|| value.trim().to_string())
+    })
+}
+
+/// `server_side_encryption = "AES256"`: every object the router writes is stored with
+/// SSE-S3, as the store reports it; without the key, objects are written as the bucket's
+/// default (none on this store).
+#[tokio::test(flavor = "multi_thread")]
+async fn server_side_encryption_is_asked_for_every_object() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let _store = S3_SERVICE.read().await;
+    s3_up();
+    for sse in [Some("AES256"), None] {
+        let name = format!("claim_sse_{}", sse.is_some());
+        let (mut conn, mut setup) = fresh(&name).await;
+        let extra = sse.map_or(String::new(), |s| {
+            format!("server_side_encryption = \"{s}\"\n")
+        });
+        setup.extra_toml = claim_check_toml(&setup, &extra);
+        let rows = numbered("sse", 0..6);
+        insert(&mut conn, &setup.db, &rows).await;
+        let topic = setup.topic("Doc");
+        let mut router = setup.start_router_env(&AWS_ENV);
+        drain_and_stop(&mut router, std::slice::from_ref(&topic), rows.len());
+        let store = bucket();
+        let records = read_all(std::slice::from_ref(&topic));
+        let mut checked = 0;
+        for (m, (id, body)) in records.iter().zip(&rows) {
+            assert!(resolve(&store, m).await == body.as_bytes(), "{id}");
+            if let Some(location) = m.headers.get("claim-check") {
+                assert_eq!(object_encryption(location).as_deref(), sse, "{id}");
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 2, "two values over the threshold");
+    }
+}
