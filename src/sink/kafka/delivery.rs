@@ -12,7 +12,7 @@ use rdkafka::producer::{DeliveryResult, ProducerContext};
 use rdkafka::ClientContext;
 use tokio::sync::oneshot;
 
-use crate::monitor::{Metrics, Progress};
+use crate::monitor::{Metrics, Produced, Progress};
 
 /// What librdkafka reported for the first record of a batch that failed.
 pub(super) struct Failure {
@@ -70,6 +70,8 @@ pub struct AckContext {
     errors: Family<Vec<(&'static str, String)>, Counter>,
     progress: Progress,
     metrics: Metrics,
+    /// What this producer has sent, from its statistics.
+    produced: Mutex<Produced>,
 }
 
 impl AckContext {
@@ -80,13 +82,16 @@ impl AckContext {
             errors: metrics.delivery_errors(),
             progress: metrics.progress().clone(),
             metrics: metrics.clone(),
+            produced: Mutex::default(),
         }
     }
 }
 
 impl ClientContext for AckContext {
     fn stats(&self, statistics: rdkafka::Statistics) {
-        self.metrics.kafka_statistics(&statistics);
+        let mut produced = self.produced.lock().unwrap_or_else(|e| e.into_inner());
+        produced.update(&statistics);
+        self.metrics.kafka_statistics(&statistics, &produced);
     }
 }
 
