@@ -6,8 +6,8 @@
 //!
 //!   cargo run --release --example produce -- --prefix bench.raw --count 1000000
 //!
-//! Prints `records=… seconds=… records_per_sec=… records_per_request=… records_per_batch=…`
-//! once every record is acknowledged (the last two from librdkafka's statistics).
+//! Prints `records=… seconds=… records_per_sec=… records_per_request=…` once every record
+//! is acknowledged (the last from librdkafka's statistics: records per produce request).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -46,7 +46,7 @@ struct Counts {
 struct Ctx(Arc<Counts>);
 impl ClientContext for Ctx {
     fn stats(&self, stats: rdkafka::Statistics) {
-        self.0.produced.lock().unwrap().update(&stats);
+        *self.0.produced.lock().unwrap() = Produced::of(&stats);
     }
 }
 impl ProducerContext for Ctx {
@@ -114,10 +114,9 @@ fn main() -> Result<()> {
     std::thread::sleep(Duration::from_millis(1100));
     let produced = *counts.produced.lock().unwrap();
     println!(
-        "records={acked} seconds={secs:.2} records_per_sec={:.0} records_per_request={:.1} records_per_batch={:.1}",
+        "records={acked} seconds={secs:.2} records_per_sec={:.0} records_per_request={:.1}",
         acked as f64 / secs,
-        produced.records_per_request(),
-        produced.records_per_batch()
+        produced.records_per_request()
     );
     Ok(())
 }

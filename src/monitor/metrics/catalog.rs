@@ -156,8 +156,6 @@ catalog! {
     produce_records: IntGauge => Gauge "kafka_produce_records" [];
     /// Produce requests the current producer has sent (statistics.interval.ms)
     produce_requests: IntGauge => Gauge "kafka_produce_requests" [];
-    /// Record batches (one partition's records in a request) the current producer has sent (statistics.interval.ms)
-    produce_batches: IntGauge => Gauge "kafka_produce_batches" [];
     /// Mean broker round-trip time over librdkafka's last statistics window, by broker
     broker_rtt_avg: Family<Labels, FloatGauge> => Gauge "kafka_broker_rtt_avg_seconds" ["broker"];
     /// 99th percentile of the broker round-trip time over librdkafka's last statistics window, by broker

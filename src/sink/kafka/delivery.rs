@@ -12,7 +12,7 @@ use rdkafka::producer::{DeliveryResult, ProducerContext};
 use rdkafka::ClientContext;
 use tokio::sync::oneshot;
 
-use crate::monitor::{Metrics, Produced, Progress};
+use crate::monitor::{Metrics, Progress};
 
 /// What librdkafka reported for the first record of a batch that failed.
 pub(super) struct Failure {
@@ -70,8 +70,6 @@ pub struct AckContext {
     errors: Family<Vec<(&'static str, String)>, Counter>,
     progress: Progress,
     metrics: Metrics,
-    /// What this producer has sent, from its statistics.
-    produced: Mutex<Produced>,
 }
 
 impl AckContext {
@@ -82,16 +80,13 @@ impl AckContext {
             errors: metrics.delivery_errors(),
             progress: metrics.progress().clone(),
             metrics: metrics.clone(),
-            produced: Mutex::default(),
         }
     }
 }
 
 impl ClientContext for AckContext {
     fn stats(&self, statistics: rdkafka::Statistics) {
-        let mut produced = self.produced.lock().unwrap_or_else(|e| e.into_inner());
-        produced.update(&statistics);
-        self.metrics.kafka_statistics(&statistics, &produced);
+        self.metrics.kafka_statistics(&statistics);
     }
 }
 
