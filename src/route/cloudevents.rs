@@ -292,29 +292,19 @@ mod tests {
         };
         let uri = "http://registry:8081/schemas/ids/7".to_string();
         let framed = vec![0, 0, 0, 0, 7, 2, b'a'];
-        let ce = avro(CloudEventsMode::Structured, None).unwrap();
-        let w = ce
-            .wrap(
-                &event(vec![("type", "T")]),
-                Some(framed.clone()),
-                0,
-                Some(uri.clone()),
-            )
-            .unwrap();
+        let wrapped = |mode| {
+            let ce = avro(mode, None).unwrap();
+            let e = event(vec![("type", "T")]);
+            ce.wrap(&e, Some(framed.clone()), 0, Some(uri.clone()))
+                .unwrap()
+        };
+        let w = wrapped(CloudEventsMode::Structured);
         let v: Value = serde_json::from_slice(&w.value.unwrap()).unwrap();
         assert_eq!(v["datacontenttype"], "application/avro");
         assert_eq!(v["dataschema"], uri.as_str());
         assert_eq!(v["data_base64"], "AAAAAAcCYQ==");
-        let ce = avro(CloudEventsMode::Binary, None).unwrap();
-        let w = ce
-            .wrap(
-                &event(vec![("type", "T")]),
-                Some(framed.clone()),
-                0,
-                Some(uri.clone()),
-            )
-            .unwrap();
-        assert_eq!(w.value, Some(framed));
+        let w = wrapped(CloudEventsMode::Binary);
+        assert_eq!(w.value, Some(framed.clone()));
         assert!(w
             .headers
             .iter()
