@@ -280,7 +280,11 @@ impl Router {
         if let (Some(avro), Some(payload)) = (&self.avro, &value) {
             match avro.encode(&e, &topic, payload)? {
                 Ok(v) => {
-                    dataschema = avro.schema_uri(&v);
+                    // Only a CloudEvent carries the schema's URL: no string per record
+                    // for plain Avro values.
+                    if self.cloudevents.is_some() {
+                        dataschema = avro.schema_uri(&v);
+                    }
                     value = Some(v);
                 }
                 Err(reason) => return Ok(Err(self.invalid(&e, reason))),
