@@ -253,7 +253,7 @@ async fn values_of_every_size_in_one_transaction_read_back_byte_for_byte() {
     }
 }
 
-/// Rows that cannot be records (a topic name Kafka refuses) go to the dead-letter topic
+/// Rows that cannot be records (no aggregate type, a topic name Kafka refuses) go to the dead-letter topic
 /// as the raw row; a row that large goes through the claim check like any value: the
 /// dead letter carries the reference, the object holds the report with the whole row.
 #[tokio::test(flavor = "multi_thread")]
@@ -267,11 +267,20 @@ async fn a_large_dead_letter_goes_through_the_claim_check() {
     setup.outbox_toml = format!("on_invalid = \"dead-letter\"\ndead_letter_topic = \"{dlq}\"\n");
     setup.extra_toml = claim_check_toml(&setup, "");
     let db = setup.db.clone();
+    // A row the outbox stage refuses (no aggregate type) as well as ones the route
+    // stage refuses (no topic name): both keep the whole row.
+    conn.query_drop(format!(
+        "ALTER TABLE {db}.outbox MODIFY aggregate_type VARCHAR(255) NULL"
+    ))
+    .await
+    .unwrap();
     let big = payload("bad-big", 3 * THRESHOLD);
+    let null_big = payload("null-big", 3 * THRESHOLD);
     for (id, aggregate, body) in [
-        ("bad-big", "no/such topic", big.as_str()),
-        ("bad-small", "no/such topic", "{}"),
-        ("good", "Doc", "{}"),
+        ("bad-big", Some("no/such topic"), big.as_str()),
+        ("bad-small", Some("no/such topic"), "{}"),
+        ("null-big", None, null_big.as_str()),
+        ("good", Some("Doc"), "{}"),
     ] {
         conn.exec_drop(
             format!("INSERT INTO {db}.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES (?, ?, 'doc-1', 'Stored', ?)"),
@@ -282,28 +291,33 @@ async fn a_large_dead_letter_goes_through_the_claim_check() {
     }
     let topic = setup.topic("Doc");
     let mut router = setup.start_router_env(&AWS_ENV);
-    drain_and_stop(&mut router, &[topic.clone(), dlq.clone()], 3);
+    drain_and_stop(&mut router, &[topic.clone(), dlq.clone()], 4);
     let dead = read_all(std::slice::from_ref(&dlq));
-    assert_eq!(dead.len(), 2, "{}", router.log());
+    assert_eq!(dead.len(), 3, "{}", router.log());
     let store = bucket();
     for m in &dead {
         let report: serde_json::Value = serde_json::from_slice(&resolve(&store, m).await).unwrap();
         assert_eq!(report["event_id"], m.id());
-        assert!(
-            report["reason"].as_str().unwrap().contains("topic"),
-            "{report}"
-        );
+        let reason = report["reason"].as_str().unwrap();
+        let expected = if m.id() == "null-big" {
+            "NULL"
+        } else {
+            "topic"
+        };
+        assert!(reason.contains(expected), "{report}");
         let checked = m.headers.contains_key("claim-check");
         assert_eq!(
             checked,
-            m.id() == "bad-big",
+            m.id().ends_with("-big"),
             "{}: claim-checked {checked}",
             m.id()
         );
         if checked {
+            let whole = if m.id() == "bad-big" { &big } else { &null_big };
             assert!(
-                report.to_string().contains(&big),
-                "the object holds the whole row"
+                report.to_string().contains(whole.as_str()),
+                "the object holds the whole row of {}",
+                m.id()
             );
         }
     }
