@@ -102,6 +102,11 @@ pub fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     d.deserialize_any(Amount(Unit::Millis)).and_then(whole)
 }
 
+/// `deserialize_with` for an optional `_ms` key.
+pub fn millis_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    millis(d).map(Some)
+}
+
 /// `deserialize_with` for a `_secs` key.
 pub fn secs<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     d.deserialize_any(Amount(Unit::Secs)).and_then(whole)

@@ -168,6 +168,8 @@ impl Config {
         })?;
         let mut config: Config = tree.try_into().map_err(parse_error)?;
         config.inline_secrets = inline_secrets;
+        let timeout_ms = crate::sink::KafkaSink::transaction_timeout_ms(&config.kafka);
+        config.delivery.fit_to_transaction_timeout(timeout_ms);
         config.check().map_err(|message| ConfigError::Invalid {
             path: path.to_path_buf(),
             message,
@@ -431,10 +433,32 @@ dir = "/tmp/x"
         );
         assert!(eos("", "").is_ok(), "the defaults fit");
         let short = "properties = { \"transaction.timeout.ms\" = \"1500\" }";
-        let err = eos("", short).unwrap_err().to_string();
+        let err = eos("commit_backlog_ms = 1000", short)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("(1500 ms)"), "{err}");
         assert!(eos("commit_backlog_ms = 700", short).is_ok());
         let long = "properties = { \"transaction.timeout.ms\" = \"900000\" }";
         assert!(eos("commit_backlog_ms = \"5m\"", long).is_ok());
+    }
+
+    /// Unset, a backlog's transaction lasts 5 s — or half a shorter
+    /// `transaction.timeout.ms`, which a user may have set for other reasons; set, the
+    /// value is kept (and refused when it does not fit, above).
+    #[test]
+    fn the_backlog_commit_default_fits_the_transaction_timeout() {
+        let backlog_ms = |delivery: &str, kafka: &str| {
+            let text = format!(
+                "{MINIMAL}[delivery]\nmode = \"exactly-once\"\ntransactional_id = \"t\"\n{delivery}\n[kafka]\nbootstrap_servers = \"x:9092\"\n{kafka}\n"
+            );
+            Config::parse(&text, Path::new("t.toml"))
+                .expect("valid")
+                .delivery
+                .commit_backlog_ms()
+        };
+        assert_eq!(backlog_ms("", ""), 5_000);
+        let short = "properties = { \"message.timeout.ms\" = \"3000\" }";
+        assert_eq!(backlog_ms("", short), 1_500);
+        assert_eq!(backlog_ms("commit_backlog_ms = 700", short), 700);
     }
 }

@@ -9,6 +9,7 @@ mod progress;
 pub mod retention;
 mod role;
 mod run_lock;
+mod server_clock;
 pub mod status;
 mod watch;
 
@@ -22,5 +23,6 @@ pub use metrics::{
 pub use progress::Progress;
 pub use role::Role;
 pub use run_lock::{Holder, RunLock};
+pub use server_clock::ServerClock;
 pub use status::{RouterState, Status, Thresholds, Unobserved, Verdict};
 pub use watch::watch;

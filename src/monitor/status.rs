@@ -5,7 +5,7 @@ use mysql_async::Conn;
 use serde::{Deserialize, Serialize};
 
 use super::retention::{self, Runway};
-use crate::checkpoint::{now_ms, Checkpoint};
+use crate::checkpoint::Checkpoint;
 use crate::position::Position;
 use crate::source::server::{self, Flavor};
 use crate::source::SourceError;
@@ -194,7 +194,8 @@ pub async fn observe(
     let retention = retention::retention(conn).await?;
     let retention_secs = retention.kept.secs();
     let size_limit_bytes = retention::size_limit(conn).await?;
-    let now = now_ms();
+    // The server's clock: commit times and file times are in it.
+    let now = server::now_ms(conn).await?;
     let mut status = Status {
         router: if running {
             RouterState::Running

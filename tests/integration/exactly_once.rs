@@ -199,6 +199,62 @@ async fn old_commit_times_with_nothing_after_them_commit_at_once() {
     router.stop(Duration::from_secs(30));
 }
 
+/// The backlog test compares binlog commit times (the database's clock) with "now":
+/// with the router's own clock a minute ahead of the database's, a caught-up stream
+/// looked like a backlog and its transactions stayed open up to `commit_backlog_ms`
+/// (5 s by default, a minute here), so nothing of a steady stream became visible while
+/// it flowed, and `lag_seconds` read a minute. The server's clock is measured at each
+/// connect and used instead: records of a steady stream become visible while it goes
+/// on, and lag stays below a few seconds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_router_clock_ahead_of_the_database_keeps_caught_up_transactions_short() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let name = "eos_clock_ahead";
+    let (mut conn, mut setup) = fresh(name).await;
+    setup.delivery(Some(&format!(
+        "{}\ncommit_backlog_ms = 60000",
+        exactly_once_delivery(name, true)
+    )));
+    let mut router =
+        setup.start_router_env(&[("FAILPOINTS", "clock.wall_offset_ms=return(60000)")]);
+    wait_http_ok(setup.monitor_port, "/ready", Duration::from_secs(60)).await;
+    let metrics = || async {
+        try_http_get(setup.monitor_port, "/metrics")
+            .await
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    };
+    let started = std::time::Instant::now();
+    let mut n = 0;
+    while started.elapsed() < Duration::from_secs(4) {
+        let ev = Ev::new(format!("tick-{n}"), "Order", "agg-tick", "{}");
+        insert_txn(&mut conn, &setup.db, &[ev]).await;
+        n += 1;
+    }
+    let during = metrics().await;
+    let acked = metric(&during, "outbox_router_events_acked_total");
+    // Absent until something was held.
+    let lag: f64 = during
+        .lines()
+        .find_map(|l| l.strip_prefix("outbox_router_lag_seconds "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(
+        acked >= (n / 2) as f64,
+        "{acked} of {n} events visible to read_committed readers while the stream flowed (lag_seconds {lag}):\n{}",
+        router.log()
+    );
+    println!("{acked} of {n} visible while the stream flowed, lag_seconds {lag}");
+    assert!(
+        lag < 10.0,
+        "lag_seconds {lag} with the router's clock a minute ahead"
+    );
+    let topic = setup.topic("Order");
+    let ids = read_all(&[topic]).len();
+    assert!(ids >= n / 2, "{ids} of {n} records on the topic");
+    router.stop(Duration::from_secs(30));
+}
+
 /// A Kafka transaction left open past the producer's `transaction.timeout.ms` is aborted
 /// by the coordinator: with `commit_backlog_ms = "5m"` every backlog transaction was, and
 /// the router read the same backlog again and again; in backlog mode

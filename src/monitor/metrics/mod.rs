@@ -74,6 +74,8 @@ struct Inner {
     m: Registered,
     restarts_total: AtomicU64,
     progress: Progress,
+    /// The source server's clock, which binlog commit times are in.
+    server_clock: super::ServerClock,
     /// `/ready` fails once undelivered records waited this long without a delivery.
     ready_max_stall_ms: AtomicU64,
     state: Mutex<State>,
@@ -110,6 +112,7 @@ impl Default for Metrics {
             m,
             restarts_total: AtomicU64::new(0),
             progress: Progress::default(),
+            server_clock: super::ServerClock::default(),
             ready_max_stall_ms: AtomicU64::new(60_000),
             registry,
             state: Mutex::new(State::default()),
@@ -250,6 +253,11 @@ impl Metrics {
             .dead_letters
             .get_or_create(&vec![("topic", topic.to_string())])
             .inc();
+    }
+    /// The source server's clock (set at each connect): what binlog commit times are
+    /// compared with.
+    pub fn server_clock(&self) -> &super::ServerClock {
+        &self.0.server_clock
     }
     /// What the router holds undelivered (shared with the pipeline and the sink).
     pub fn progress(&self) -> &Progress {

@@ -2,7 +2,7 @@
 //! live view (what it holds, how far it read) as of the request.
 
 use super::Metrics;
-use crate::checkpoint::{now_ms, Checkpoint};
+use crate::checkpoint::Checkpoint;
 use crate::monitor::status::Live;
 use crate::monitor::Status;
 use crate::position::Position;
@@ -108,6 +108,6 @@ impl Metrics {
             .progress
             .oldest_commit_ms()
             .filter(|c| *c > 0)
-            .map(|c| (now_ms() - c).max(0))
+            .map(|c| (self.0.server_clock.now_ms() - c).max(0))
     }
 }

@@ -37,13 +37,14 @@ impl Backlog {
     }
 
     /// The reader is working through a backlog: its last batch came from a binlog
-    /// transaction committed well before now, and more are `waiting` or it came
-    /// recently (a reader that has gone quiet has caught up, however old its last
-    /// transaction was). Batches waiting alone say nothing: the reader falls behind
-    /// the sink for a moment on every large transaction.
-    pub(super) fn active(&self, waiting: bool) -> bool {
+    /// transaction committed well before `server_now_ms` (the source server's clock,
+    /// which commit times are in), and more are `waiting` or it came recently (a reader
+    /// that has gone quiet has caught up, however old its last transaction was).
+    /// Batches waiting alone say nothing: the reader falls behind the sink for a moment
+    /// on every large transaction.
+    pub(super) fn active(&self, waiting: bool, server_now_ms: i64) -> bool {
         self.last_commit_time_ms > 0
-            && crate::checkpoint::now_ms() - self.last_commit_time_ms > BACKLOG_LAG_MS
+            && server_now_ms - self.last_commit_time_ms > BACKLOG_LAG_MS
             && (waiting || self.last_added.elapsed() < self.quiet_after)
     }
 }

@@ -63,7 +63,7 @@ impl<'s> KafkaTransactions<'s> {
             max_age,
             max_backlog_age: Duration::from_millis(
                 delivery
-                    .commit_backlog_ms
+                    .commit_backlog_ms()
                     .max(delivery.commit_max_ms)
                     .max(1),
             ),
@@ -76,12 +76,12 @@ impl<'s> KafkaTransactions<'s> {
     /// Time to commit: at the end of a binlog transaction, and full or old enough — or,
     /// while a backlog is read, old enough for a backlog (`waiting`: the reader has
     /// batches ready).
-    fn due(&self, waiting: bool) -> bool {
+    fn due(&self, waiting: bool, server_now_ms: i64) -> bool {
         if !self.is_open || !self.at_boundary {
             return false;
         }
         let age = self.opened_at.elapsed();
-        if self.backlog.active(waiting) {
+        if self.backlog.active(waiting, server_now_ms) {
             age >= self.max_backlog_age
                 || self.records >= self.max_backlog_records
                 || self.bytes >= self.max_backlog_bytes
@@ -162,7 +162,7 @@ impl CommitPolicy for KafkaTransactions<'_> {
         in_flight: &mut InFlight,
         waiting: bool,
     ) -> Result<(), PipelineError> {
-        match self.due(waiting) {
+        match self.due(waiting, prefix.metrics().server_clock().now_ms()) {
             true => self.commit(prefix, in_flight, Duration::MAX).await,
             false => Ok(()),
         }
