@@ -265,7 +265,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     } = *ctx;
     let mut conn = source::connect(&config.source).await?;
     let flavor = server::flavor(&mut conn).await?;
-    server::measure_clock(&mut conn, metrics.server_clock()).await?;
+    start::measure_server_clock(&mut conn, metrics).await?;
     let problems = server::settings_problems(&mut conn).await?;
     if !problems.is_empty() {
         return Err(PipelineError::ServerSettings {

@@ -132,3 +132,17 @@ pub(super) async fn check_outbox_tables(
         .collect();
     Err(PipelineError::OutboxTablesMissing { tables })
 }
+
+/// Measures the source server's clock against this host's: binlog commit times are in
+/// the server's, and lag and the exactly-once backlog test compare them with it.
+pub(super) async fn measure_server_clock(
+    conn: &mut mysql_async::Conn,
+    metrics: &Metrics,
+) -> Result<(), PipelineError> {
+    let sent = crate::checkpoint::now_ms();
+    let server = server::now_ms(conn).await?;
+    metrics
+        .server_clock()
+        .measured(sent, server, crate::checkpoint::now_ms());
+    Ok(())
+}

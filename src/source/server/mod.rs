@@ -98,17 +98,6 @@ pub async fn now_ms(conn: &mut Conn) -> Result<i64, SourceError> {
     single(conn, "SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)").await
 }
 
-/// Measures the server's clock against this host's into `clock`.
-pub async fn measure_clock(
-    conn: &mut Conn,
-    clock: &crate::monitor::ServerClock,
-) -> Result<(), SourceError> {
-    let sent = crate::checkpoint::now_ms();
-    let server = now_ms(conn).await?;
-    clock.measured(sent, server, crate::checkpoint::now_ms());
-    Ok(())
-}
-
 /// Tells MariaDB from MySQL by the version string.
 pub async fn flavor(conn: &mut Conn) -> Result<Flavor, SourceError> {
     let version = variable(conn, "version").await?.unwrap_or_default();
