@@ -36,6 +36,11 @@ impl Backlog {
         }
     }
 
+    /// How long since the reader handed over its last batch.
+    pub(super) fn quiet_for(&self) -> Duration {
+        self.last_added.elapsed()
+    }
+
     /// The reader is working through a backlog: its last batch came from a binlog
     /// transaction committed well before `server_now_ms` (the source server's clock,
     /// which commit times are in), and more are `waiting` or it came recently (a reader

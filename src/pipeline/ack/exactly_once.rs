@@ -14,6 +14,12 @@ use crate::pipeline::PipelineError;
 use crate::route::Batch;
 use crate::sink::{DeliveryConfig, Transactions};
 
+/// A backlog's reader quiet this long with nothing in flight has caught up, or
+/// stalled: either way its open transaction commits (the pipe is empty, the commit
+/// costs nothing but its `EndTxn`). Much shorter, and a backlog whose reader is slower
+/// than the producer would commit at each of its reader's pauses.
+const DRAINED_QUIET: Duration = Duration::from_millis(20);
+
 /// The open Kafka transaction and when it is due.
 pub(super) struct KafkaTransactions<'s> {
     sink: &'s dyn Transactions,
@@ -75,8 +81,11 @@ impl<'s> KafkaTransactions<'s> {
 
     /// Time to commit: at the end of a binlog transaction, and full or old enough — or,
     /// while a backlog is read, old enough for a backlog (`waiting`: the reader has
-    /// batches ready).
-    fn due(&self, waiting: bool, server_now_ms: i64) -> bool {
+    /// batches ready), or with nothing in flight (`drained`) and the reader quiet for
+    /// `DRAINED_QUIET`: a commit's cost is the pipe it empties, and this one is empty
+    /// already. That is how a backlog's last transaction ends — once its last record is
+    /// acknowledged, not `commit_max_ms` after the reader went quiet.
+    fn due(&self, waiting: bool, drained: bool, server_now_ms: i64) -> bool {
         if !self.is_open || !self.at_boundary {
             return false;
         }
@@ -85,6 +94,7 @@ impl<'s> KafkaTransactions<'s> {
             age >= self.max_backlog_age
                 || self.records >= self.max_backlog_records
                 || self.bytes >= self.max_backlog_bytes
+                || (drained && !waiting && self.backlog.quiet_for() >= DRAINED_QUIET)
         } else {
             let ahead = self.commit_took.min(self.max_age / 2);
             self.records >= self.max_records || age + ahead >= self.max_age
@@ -135,7 +145,7 @@ impl<'s> KafkaTransactions<'s> {
 
 impl CommitPolicy for KafkaTransactions<'_> {
     fn tick(&self) -> Duration {
-        self.max_age.min(Duration::from_millis(200))
+        self.max_age.min(DRAINED_QUIET)
     }
 
     /// The batch goes into the open transaction (opened if need be).
@@ -162,7 +172,8 @@ impl CommitPolicy for KafkaTransactions<'_> {
         in_flight: &mut InFlight,
         waiting: bool,
     ) -> Result<(), PipelineError> {
-        match self.due(waiting, prefix.metrics().server_clock().now_ms()) {
+        let now = prefix.metrics().server_clock().now_ms();
+        match self.due(waiting, in_flight.is_empty(), now) {
             true => self.commit(prefix, in_flight, Duration::MAX).await,
             false => Ok(()),
         }

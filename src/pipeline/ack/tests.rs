@@ -333,3 +333,30 @@ async fn exactly_once_commits_when_the_backlog_reader_goes_quiet() {
     result.unwrap();
     assert_eq!(commits(&h.sink), [Some(20)], "{:?}", h.sink.calls());
 }
+
+#[tokio::test]
+async fn exactly_once_commits_a_backlog_s_end_once_it_is_acknowledged() {
+    // Caught-up transactions may stay open 5 s here: a backlog's last one commits once
+    // its records are acknowledged and the reader stays quiet, not 5 s later.
+    let h = Harness::new(true, &exactly_once(1_000, 5_000, 60_000));
+    let s = &h;
+    let started = std::time::Instant::now();
+    let result = h
+        .run(|tx| async move {
+            tx.send(backlog_batch(10, 1, true)).await.unwrap();
+            tx.send(backlog_batch(20, 1, true)).await.unwrap();
+            s.sent(2).await;
+            s.sink.ack(0);
+            s.sink.ack(1);
+            s.checkpoint_reaches(20).await;
+            drop(tx);
+        })
+        .await;
+    result.unwrap();
+    assert_eq!(commits(&h.sink), [Some(20)], "{:?}", h.sink.calls());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "committed after {:?}",
+        started.elapsed()
+    );
+}
