@@ -22,8 +22,10 @@ create_topics() {
   local prefix=$1 n=$2
   for t in $(seq 0 $((n - 1))); do
     {
-      kcat -b "$B" -L -t "$prefix.Type$t" >/dev/null 2>&1 || true
-      for p in 0 1 2; do echo warm | kcat -b "$B" -P -t "$prefix.Type$t" -p $p >/dev/null 2>&1 || true; done
+      # Bounded: a broker that cannot create the topic (it once ran out of open files)
+      # left kcat waiting forever, and the bench with it.
+      timeout 30 kcat -b "$B" -L -t "$prefix.Type$t" >/dev/null 2>&1 || true
+      for p in 0 1 2; do echo warm | timeout 30 kcat -b "$B" -P -t "$prefix.Type$t" -p $p >/dev/null 2>&1 || true; done
     } &
     [ $((t % 10)) -eq 9 ] && wait
   done
