@@ -6,6 +6,8 @@
 //!
 //!   cargo run --release --example produce -- --prefix bench.raw --count 1000000
 //!
+//! `--transactional-id ID` sends them all in one Kafka transaction instead.
+//!
 //! Prints `records=… seconds=… records_per_sec=… records_per_request=…` once every record
 //! is acknowledged (the last from librdkafka's statistics: records per produce request).
 
@@ -33,6 +35,10 @@ struct Args {
     topics: u64,
     #[arg(long, default_value = "127.0.0.1:9092")]
     bootstrap: String,
+    /// Produce everything in one Kafka transaction of this `transactional.id` (the
+    /// raw limit for exactly-once mode: Kafka's own cost of transactional appends).
+    #[arg(long)]
+    transactional_id: Option<String>,
 }
 
 /// Counts acknowledgements and failures, and keeps the newest statistics' totals.
@@ -71,9 +77,25 @@ fn main() -> Result<()> {
         ..Default::default()
     };
     // Statistics often enough to see the last requests soon after the flush.
-    let producer: ThreadedProducer<Ctx> = client_config(&kafka)
-        .set("statistics.interval.ms", "500")
-        .create_with_context(Ctx(counts.clone()))?;
+    let mut config = client_config(&kafka);
+    config.set("statistics.interval.ms", "500");
+    if let Some(id) = &args.transactional_id {
+        // As the router's exactly-once producer sets them (src/sink/kafka/producer.rs):
+        // the transaction timeout no shorter than the message timeout.
+        let timeout = config
+            .get("message.timeout.ms")
+            .unwrap_or("300000")
+            .to_owned();
+        config
+            .set("transactional.id", id)
+            .set("transaction.timeout.ms", timeout)
+            .set("retry.backoff.ms", "5");
+    }
+    let producer: ThreadedProducer<Ctx> = config.create_with_context(Ctx(counts.clone()))?;
+    if args.transactional_id.is_some() {
+        producer.init_transactions(Duration::from_secs(30))?;
+        producer.begin_transaction()?;
+    }
     let topics: Vec<String> = (0..args.topics)
         .map(|t| format!("{}.Type{t}", args.prefix))
         .collect();
@@ -101,7 +123,10 @@ fn main() -> Result<()> {
             }
         }
     }
-    producer.flush(Duration::from_secs(120))?;
+    match args.transactional_id {
+        Some(_) => producer.commit_transaction(Duration::from_secs(120))?,
+        None => producer.flush(Duration::from_secs(120))?,
+    }
     let secs = start.elapsed().as_secs_f64();
     let (acked, failed) = (
         counts.acked.load(Ordering::Relaxed),
