@@ -69,6 +69,15 @@ impl KafkaSink {
             if !cfg.properties.contains_key("retry.backoff.ms") {
                 client.set("retry.backoff.ms", "5");
             }
+            // `init_transactions` needs a connected broker that is not the bootstrap
+            // one; with sparse connections librdkafka connects it only when a timer
+            // next picks it, and its PID state machine, finding none, sleeps a fixed
+            // 500 ms: every start and standby takeover paid 50 or 500 ms of 6
+            // (bench/eos-start). Connecting to every broker at once costs a connection
+            // per broker, which a router writing to many topics opens anyway.
+            if !cfg.properties.contains_key("enable.sparse.connections") {
+                client.set("enable.sparse.connections", "false");
+            }
         }
         let transaction_timeout = Duration::from_millis(
             client
@@ -80,13 +89,35 @@ impl KafkaSink {
             .map_err(SinkError::Create)?;
         let topics = TopicCreator::new(cfg)?;
         let transactional = if delivery.exactly_once() {
-            topics.ensure_compacted(&delivery.checkpoint_topic, "checkpoint")?;
-            // Fences any earlier producer with this transactional.id and aborts its
-            // open transaction: nothing it had not committed ever becomes visible.
+            // The checkpoint topic's check and `init_transactions` are independent round
+            // trips, both on every start and standby takeover: side by side. Nothing
+            // reads the topic before both are done (the marker read follows). A topic
+            // that fails the check now fails it after this instance fenced its id's
+            // other producer: only another instance with the same id and a different or
+            // since-altered topic, which must stop as well (a standby gets here only
+            // holding the lock).
             let started = std::time::Instant::now();
-            tokio::task::block_in_place(|| producer.init_transactions(TRANSACTION_TIMEOUT))
-                .map_err(|error| transaction_error("init", &delivery.transactional_id, error))?;
-            tracing::info!(transactional_id = %delivery.transactional_id, init_ms = started.elapsed().as_millis() as u64, "transactional producer initialised: any earlier producer of this id is fenced, its open transaction aborted");
+            let (topic, init) = tokio::task::block_in_place(|| {
+                std::thread::scope(|scope| {
+                    let topic = scope.spawn(|| {
+                        let checked =
+                            topics.ensure_compacted(&delivery.checkpoint_topic, "checkpoint");
+                        (checked, started.elapsed())
+                    });
+                    // Fences any earlier producer with this transactional.id and aborts
+                    // its open transaction: nothing it had not committed ever becomes
+                    // visible.
+                    let init = producer.init_transactions(TRANSACTION_TIMEOUT);
+                    let init_took = started.elapsed();
+                    (topic.join(), (init, init_took))
+                })
+            });
+            let (checked, topic_took) =
+                topic.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            checked?;
+            let (init, init_took) = init;
+            init.map_err(|error| transaction_error("init", &delivery.transactional_id, error))?;
+            tracing::info!(transactional_id = %delivery.transactional_id, init_ms = init_took.as_millis() as u64, checkpoint_topic_ms = topic_took.as_millis() as u64, "transactional producer initialised: any earlier producer of this id is fenced, its open transaction aborted");
             Some(Transactional {
                 topic: delivery.checkpoint_topic.clone(),
                 key: delivery.transactional_id.clone(),
