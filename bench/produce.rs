@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use clap::Parser;
-use outbox_router::kafka::client_config;
 use outbox_router::kafka::KafkaConfig;
+use outbox_router::kafka::{client_config, transactional_config};
 use outbox_router::monitor::Produced;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -76,21 +76,13 @@ fn main() -> Result<()> {
         bootstrap_servers: args.bootstrap.clone(),
         ..Default::default()
     };
+    let mut config = match &args.transactional_id {
+        // Exactly the router's exactly-once producer settings.
+        Some(id) => transactional_config(&kafka, id),
+        None => client_config(&kafka),
+    };
     // Statistics often enough to see the last requests soon after the flush.
-    let mut config = client_config(&kafka);
     config.set("statistics.interval.ms", "500");
-    if let Some(id) = &args.transactional_id {
-        // As the router's exactly-once producer sets them (src/sink/kafka/producer.rs):
-        // the transaction timeout no shorter than the message timeout.
-        let timeout = config
-            .get("message.timeout.ms")
-            .unwrap_or("300000")
-            .to_owned();
-        config
-            .set("transactional.id", id)
-            .set("transaction.timeout.ms", timeout)
-            .set("retry.backoff.ms", "5");
-    }
     let producer: ThreadedProducer<Ctx> = config.create_with_context(Ctx(counts.clone()))?;
     if args.transactional_id.is_some() {
         producer.init_transactions(Duration::from_secs(30))?;

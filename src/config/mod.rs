@@ -168,7 +168,7 @@ impl Config {
         })?;
         let mut config: Config = tree.try_into().map_err(parse_error)?;
         config.inline_secrets = inline_secrets;
-        let timeout_ms = crate::sink::KafkaSink::transaction_timeout_ms(&config.kafka);
+        let timeout_ms = crate::kafka::transaction_timeout_ms(&config.kafka);
         config.delivery.fit_to_transaction_timeout(timeout_ms);
         config.check().map_err(|message| ConfigError::Invalid {
             path: path.to_path_buf(),
@@ -190,9 +190,8 @@ impl Config {
         self.pipeline.check()?;
         crate::kafka::check(&self.kafka)?;
         self.delivery.check()?;
-        self.delivery.check_against_transaction_timeout(
-            crate::sink::KafkaSink::transaction_timeout_ms(&self.kafka),
-        )?;
+        self.delivery
+            .check_against_transaction_timeout(crate::kafka::transaction_timeout_ms(&self.kafka))?;
         self.ha.check(&self.delivery)?;
         if self.delivery.exactly_once() && self.checkpoint.name.is_some() {
             return Err("checkpoint.name is for at-least-once mode: exactly-once mode records its first start under delivery.transactional_id; remove checkpoint.name".into());

@@ -51,6 +51,46 @@ pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
     c
 }
 
+/// The exactly-once producer's `transaction.timeout.ms` as configured: the property,
+/// else `message.timeout.ms` (librdkafka requires message.timeout.ms <=
+/// transaction.timeout.ms).
+pub fn transaction_timeout_ms(cfg: &KafkaConfig) -> u64 {
+    let client = client_config(cfg);
+    client
+        .get("transaction.timeout.ms")
+        .or_else(|| client.get("message.timeout.ms"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300_000)
+}
+
+/// The producer settings of `[kafka]` for a transactional producer of this id (the
+/// router's exactly-once sink, and the benchmark's raw transactional producer beside it).
+pub fn transactional_config(cfg: &KafkaConfig, transactional_id: &str) -> ClientConfig {
+    let mut client = client_config(cfg);
+    client.set("transactional.id", transactional_id).set(
+        "transaction.timeout.ms",
+        transaction_timeout_ms(cfg).to_string(),
+    );
+    // Back-to-back transactions: the next one's AddPartitionsToTxn meets
+    // CONCURRENT_TRANSACTIONS until the last one's markers are written, and librdkafka
+    // asks again after retry.backoff.ms (100) — a floor of 100 ms per transaction.
+    // Java's producer retries that request after 20 ms (KAFKA-5477); other retries
+    // still back off exponentially to retry.backoff.max.ms.
+    if !cfg.properties.contains_key("retry.backoff.ms") {
+        client.set("retry.backoff.ms", "5");
+    }
+    // `init_transactions` needs a connected broker that is not the bootstrap one; with
+    // sparse connections librdkafka connects it only when a timer next picks it, and
+    // its PID state machine, finding none, sleeps a fixed 500 ms: a start or standby
+    // takeover paid 50 or 500 ms where 6 suffice (bench/eos-start). Connecting to every
+    // broker at once costs a connection per broker, which a router writing to many
+    // topics opens anyway.
+    if !cfg.properties.contains_key("enable.sparse.connections") {
+        client.set("enable.sparse.connections", "false");
+    }
+    client
+}
+
 /// What is wrong with `[kafka]`, if anything: a property the router fixes, or one
 /// librdkafka refuses. Asked at load, so no later client creation prints a property's
 /// value (librdkafka's error text carries it, and it may be a secret resolved from

@@ -639,7 +639,20 @@ async fn exactly_once_first_start_is_explicit_and_its_topic_checked() {
                 && err.contains(&format!("the checkpoint topic {topic} exists in a shape")),
             "{name}: {err}"
         );
+        // `run` checks the topic beside `init_transactions`: refused all the same, and
+        // nothing published.
+        let log = other.start_router().expect_failure(name);
+        assert!(
+            log.contains(&format!("the checkpoint topic {topic} exists in a shape")),
+            "{name}, run: {log}"
+        );
     }
+    let ids: Vec<String> = read_all(&topics).iter().map(Msg::id).collect();
+    assert_eq!(
+        ids,
+        ["eos-1", "eos-2"],
+        "nothing published by the refused runs"
+    );
 }
 
 /// A prepared XA branch holds the checkpoint (and exactly-once mode's commit marker)

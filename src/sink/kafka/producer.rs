@@ -15,7 +15,9 @@ use super::delivery::{AckContext, BatchAcks, FailureReason};
 use super::transactions::{
     is_fenced, transaction_error, Transactional, TRANSACTION_TIMEOUT, TRANSACTION_TIMEOUT_RAISED_MS,
 };
-use crate::kafka::{client_config, KafkaConfig, TopicCreator};
+use crate::kafka::{
+    client_config, transaction_timeout_ms, transactional_config, KafkaConfig, TopicCreator,
+};
 use crate::monitor::Metrics;
 use crate::route::Record;
 use crate::sink::{Delivery, DeliveryConfig, Sink, SinkError, Transactions};
@@ -30,18 +32,6 @@ pub struct KafkaSink {
 }
 
 impl KafkaSink {
-    /// The exactly-once producer's `transaction.timeout.ms` as configured: the
-    /// property, else `message.timeout.ms` (librdkafka requires message.timeout.ms <=
-    /// transaction.timeout.ms).
-    pub fn transaction_timeout_ms(cfg: &KafkaConfig) -> u64 {
-        let client = client_config(cfg);
-        client
-            .get("transaction.timeout.ms")
-            .or_else(|| client.get("message.timeout.ms"))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(300_000)
-    }
-
     /// Creates the producer (does not contact the brokers yet); deliveries, their
     /// failures and librdkafka's statistics are reported to `metrics`.
     pub fn new(
@@ -50,34 +40,14 @@ impl KafkaSink {
         metrics: &Metrics,
     ) -> Result<Self, SinkError> {
         let context = AckContext::new(metrics);
-        let mut client = client_config(cfg);
-        if delivery.exactly_once() {
-            client.set("transactional.id", &delivery.transactional_id);
-            let configured = Self::transaction_timeout_ms(cfg);
-            client.set("transaction.timeout.ms", configured.to_string());
-            // Raised after a transaction outlived it (see `outlived_transaction_timeout`).
-            let raised = TRANSACTION_TIMEOUT_RAISED_MS.load(Ordering::Relaxed);
-            if raised > configured {
-                client.set("transaction.timeout.ms", raised.to_string());
-            }
-            // Back-to-back transactions: the next one's AddPartitionsToTxn meets
-            // CONCURRENT_TRANSACTIONS until the last one's markers are written, and
-            // librdkafka asks again after retry.backoff.ms (100) — a floor of 100 ms per
-            // transaction. Java's producer retries that request after 20 ms
-            // (KAFKA-5477); other retries still back off exponentially to
-            // retry.backoff.max.ms.
-            if !cfg.properties.contains_key("retry.backoff.ms") {
-                client.set("retry.backoff.ms", "5");
-            }
-            // `init_transactions` needs a connected broker that is not the bootstrap
-            // one; with sparse connections librdkafka connects it only when a timer
-            // next picks it, and its PID state machine, finding none, sleeps a fixed
-            // 500 ms: every start and standby takeover paid 50 or 500 ms of 6
-            // (bench/eos-start). Connecting to every broker at once costs a connection
-            // per broker, which a router writing to many topics opens anyway.
-            if !cfg.properties.contains_key("enable.sparse.connections") {
-                client.set("enable.sparse.connections", "false");
-            }
+        let mut client = match delivery.exactly_once() {
+            true => transactional_config(cfg, &delivery.transactional_id),
+            false => client_config(cfg),
+        };
+        // Raised after a transaction outlived it (see `outlived_transaction_timeout`).
+        let raised = TRANSACTION_TIMEOUT_RAISED_MS.load(Ordering::Relaxed);
+        if delivery.exactly_once() && raised > transaction_timeout_ms(cfg) {
+            client.set("transaction.timeout.ms", raised.to_string());
         }
         let transaction_timeout = Duration::from_millis(
             client
@@ -96,26 +66,22 @@ impl KafkaSink {
             // other producer: only another instance with the same id and a different or
             // since-altered topic, which must stop as well (a standby gets here only
             // holding the lock).
-            let started = std::time::Instant::now();
-            let (topic, init) = tokio::task::block_in_place(|| {
+            let ((checked, topic_took), (init, init_took)) = tokio::task::block_in_place(|| {
                 std::thread::scope(|scope| {
                     let topic = scope.spawn(|| {
-                        let checked =
-                            topics.ensure_compacted(&delivery.checkpoint_topic, "checkpoint");
-                        (checked, started.elapsed())
+                        timed(|| topics.ensure_compacted(&delivery.checkpoint_topic, "checkpoint"))
                     });
                     // Fences any earlier producer with this transactional.id and aborts
                     // its open transaction: nothing it had not committed ever becomes
                     // visible.
-                    let init = producer.init_transactions(TRANSACTION_TIMEOUT);
-                    let init_took = started.elapsed();
-                    (topic.join(), (init, init_took))
+                    let init = timed(|| producer.init_transactions(TRANSACTION_TIMEOUT));
+                    let topic = topic
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p));
+                    (topic, init)
                 })
             });
-            let (checked, topic_took) =
-                topic.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             checked?;
-            let (init, init_took) = init;
             init.map_err(|error| transaction_error("init", &delivery.transactional_id, error))?;
             tracing::info!(transactional_id = %delivery.transactional_id, init_ms = init_took.as_millis() as u64, checkpoint_topic_ms = topic_took.as_millis() as u64, "transactional producer initialised: any earlier producer of this id is fenced, its open transaction aborted");
             Some(Transactional {
@@ -286,4 +252,10 @@ impl KafkaSink {
             .as_ref()
             .expect("transactions() gives only a transactional producer")
     }
+}
+
+/// What `f` returns and how long it took.
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let started = std::time::Instant::now();
+    (f(), started.elapsed())
 }
