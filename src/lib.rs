@@ -67,6 +67,7 @@ pub(crate) mod ops;
 pub mod outbox;
 pub mod pattern;
 pub(crate) mod pipeline;
+pub(crate) mod pool;
 pub mod position;
 pub mod route;
 pub(crate) mod secret;

@@ -129,6 +129,16 @@ impl CheckpointStore {
         })
     }
 
+    /// Creates an empty store in `dir` unless one is there: for a pool's exactly-once
+    /// source, whose store is a cache of the commit marker (its start still refuses
+    /// when the topic has neither a marker nor a recorded first start).
+    pub fn create_if_missing(dir: &Path) -> Result<(), CheckpointError> {
+        if !Self::exists(dir) {
+            drop(Self::create(dir)?);
+        }
+        Ok(())
+    }
+
     /// Opens the store in `dir`, creating it when missing: only for explicit operator
     /// acts (`checkpoint init`, `run --init`, `checkpoint set`, `recover`) and scratch
     /// stores.

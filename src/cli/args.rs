@@ -21,6 +21,9 @@ pub struct Cli {
         global = true
     )]
     pub(crate) config: PathBuf,
+    /// A pool's source (when --config is a pool file): the one an operator command acts on.
+    #[arg(long, env = "OUTBOX_ROUTER_SOURCE", global = true, value_name = "NAME")]
+    pub(crate) source: Option<String>,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,

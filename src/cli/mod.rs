@@ -46,8 +46,13 @@ const EXIT_UNKNOWN: u8 = 3;
 
 /// Runs the command; the config file is read only by commands that use it.
 pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
-    let config = || Config::load(&cli.config);
+    let is_pool = crate::pool::Pool::is_pool_file(&cli.config);
+    let source = cli.source.as_deref();
+    let config = || load_config(&cli.config, is_pool, source);
     match cli.command {
+        Command::Run { sink, init, shadow } if is_pool => {
+            run::pool(&cli.config, source, sink, init, shadow).await
+        }
         Command::Completions { shell } => docs::completions(shell),
         Command::Man => docs::man(),
         Command::ImportDebezium {
@@ -79,6 +84,30 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Reconcile(args) => reconcile::run(&cli.config, config()?, args).await,
         Command::Checkpoint { action } => checkpoint::run(&config()?, action).await,
         Command::Health { ready } => health::run(&config()?, ready).await,
+    }
+}
+
+/// The configuration an operator command acts on: the file's, or a pool's source's.
+fn load_config(path: &Path, is_pool: bool, source: Option<&str>) -> Result<Config> {
+    match (is_pool, source) {
+        (false, None) => Ok(Config::load(path)?),
+        (false, Some(name)) => anyhow::bail!(
+            "--source {name}: {} is not a pool file (it has no [pool] section); --source names one of a pool's sources",
+            path.display()
+        ),
+        (true, None) => anyhow::bail!(
+            "{} is a pool file: name the source this command acts on with --source NAME",
+            path.display()
+        ),
+        (true, Some(name)) => {
+            let pool = crate::pool::Pool::load(path)?;
+            let index = pool
+                .sources
+                .iter()
+                .position(|s| s.name == name)
+                .ok_or_else(|| anyhow::anyhow!(pool.source(name).unwrap_err()))?;
+            Ok(pool.sources.into_iter().nth(index).expect("found").config)
+        }
     }
 }
 

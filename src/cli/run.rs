@@ -92,3 +92,24 @@ pub(super) async fn cancel_on_signal(shutdown: CancellationToken) {
     }
     shutdown.cancel();
 }
+
+/// `run` with a pool file: this instance's part of the pool until a signal.
+pub(super) async fn pool(
+    path: &std::path::Path,
+    source: Option<&str>,
+    sink: SinkArg,
+    init: bool,
+    shadow: bool,
+) -> Result<ExitCode> {
+    if let Some(name) = source {
+        anyhow::bail!("run --source {name}: a pool's sources run in the pool, led where its group assigns them; run without --source (operator commands take --source)");
+    }
+    if shadow || !matches!(sink, SinkArg::Kafka) {
+        anyhow::bail!("a pool runs with the Kafka sink and without --shadow: run one source's file on its own for a dry run or a shadow");
+    }
+    let pool = crate::pool::Pool::load(path)?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    crate::pool::run(pool, init, shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -41,7 +41,7 @@ pub(super) async fn run(
 async fn observe(config: &Config) -> Result<Status> {
     let mut unobserved = None;
     if let Some(addr) = config.monitor.listen_addr() {
-        let url = format!("http://{addr}/status");
+        let url = format!("http://{addr}{}", config.status_path());
         let client = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(3))
             .build()?;

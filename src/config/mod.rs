@@ -77,6 +77,20 @@ pub struct Config {
     /// (`${env:…}` / `${file:…}`): warned about by `validate` and `run`.
     #[serde(skip)]
     pub inline_secrets: Vec<String>,
+    /// A pool's source: its name (its status is at `/sources/NAME/status` of the
+    /// pool's endpoint).
+    #[serde(skip)]
+    pub pool_source: Option<String>,
+}
+
+impl Config {
+    /// The path of this router's own `/status` on its endpoint.
+    pub fn status_path(&self) -> String {
+        match &self.pool_source {
+            Some(name) => format!("/sources/{name}/status"),
+            None => "/status".into(),
+        }
+    }
 }
 
 // The pipeline is the wiring, not a stage: its limits are part of the composition.

@@ -3,7 +3,9 @@
 //! never both believe they lead for longer than a session timeout, and the
 //! transactional producer's fencing covers that window.
 
+use std::collections::BTreeMap;
 use std::sync::mpsc::{self, TryRecvError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -33,121 +35,196 @@ pub enum LockError {
 
 /// Requests to the thread that owns the consumer.
 enum Request {
-    /// Prove membership of the current generation with a synchronous offset commit.
-    Confirm(oneshot::Sender<Result<(), String>>),
+    /// Prove membership of the current generation with a synchronous offset commit
+    /// while owning the topic's partition.
+    Confirm(String, oneshot::Sender<Result<(), String>>),
 }
 
-/// This instance's membership in the lock group.
+/// Who joins a lock group, and for which lock topics (one partition each: a
+/// standby's one lock, or a pool's one per source).
+pub struct LockGroup {
+    pub group: String,
+    pub topics: Vec<String>,
+    /// The member's `client.id`, in the group's description.
+    pub instance: String,
+    pub session_timeout_ms: u64,
+}
+
+/// This instance's membership in a lock group.
 pub struct Lock {
-    leading: watch::Receiver<bool>,
-    requests: Option<mpsc::Sender<Request>>,
-    thread: Option<JoinHandle<()>>,
+    /// One watch per lock topic: true while its partition is assigned to this instance.
+    leading: BTreeMap<String, watch::Receiver<bool>>,
+    requests: Mutex<Option<mpsc::Sender<Request>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// One lock topic of a group this instance joined: the right to lead one source.
+#[derive(Clone)]
+pub struct Lease {
+    lock: Arc<Lock>,
+    topic: String,
 }
 
 /// How often the consumer is polled: rebalances are served from poll.
 const POLL: Duration = Duration::from_millis(100);
 
 impl Lock {
-    /// Creates the lock topic if missing and joins the group; leadership comes later,
-    /// through [`Lock::watch`].
+    /// `[ha]`'s lock: creates the lock topic if missing and joins the group; leadership
+    /// comes later, through [`Lease::watch`].
     pub fn join(
         kafka: &KafkaConfig,
         ha: &HaConfig,
         delivery: &DeliveryConfig,
-    ) -> Result<Self, LockError> {
-        let group = ha.group(delivery);
-        let topic = ha.lock_topic.clone();
+    ) -> Result<Lease, LockError> {
+        let group = LockGroup {
+            group: ha.group(delivery),
+            topics: vec![ha.lock_topic.clone()],
+            instance: ha.instance_name(),
+            session_timeout_ms: ha.session_timeout_ms,
+        };
+        let lock = Arc::new(Self::join_group(kafka, &group)?);
+        Ok(Lease {
+            lock,
+            topic: ha.lock_topic.clone(),
+        })
+    }
+
+    /// Creates the group's lock topics if missing and joins it; which of them this
+    /// instance leads comes later, through each [`Lease::watch`].
+    pub fn join_group(kafka: &KafkaConfig, spec: &LockGroup) -> Result<Self, LockError> {
         let failed = |reason: String| LockError::Join {
-            group: group.clone(),
-            topic: topic.clone(),
+            group: spec.group.clone(),
+            topic: spec.topics.join(", "),
             reason,
         };
-        TopicCreator::new(kafka)?.ensure_compacted(&topic, "lock")?;
+        let creator = TopicCreator::new(kafka)?;
+        for topic in &spec.topics {
+            creator.ensure_compacted(topic, "lock")?;
+        }
         let mut c = consumer_config(kafka);
-        c.set("group.id", &group)
-            .set("client.id", ha.instance_name())
-            // Sticky: a standby joining or leaving never moves the lock off its leader.
+        c.set("group.id", &spec.group)
+            .set("client.id", &spec.instance)
+            // Sticky: a member joining or leaving never moves a lock off its leader.
             .set("partition.assignment.strategy", "cooperative-sticky")
-            .set("session.timeout.ms", ha.session_timeout_ms.to_string())
+            .set("session.timeout.ms", spec.session_timeout_ms.to_string())
             .set(
                 "heartbeat.interval.ms",
-                (ha.session_timeout_ms / 5).max(100).to_string(),
+                (spec.session_timeout_ms / 5).max(100).to_string(),
             )
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "latest");
         let consumer: BaseConsumer = c.create().map_err(|e| failed(e.to_string()))?;
+        let topics: Vec<&str> = spec.topics.iter().map(String::as_str).collect();
         consumer
-            .subscribe(&[&topic])
+            .subscribe(&topics)
             .map_err(|e| failed(e.to_string()))?;
-        let (leading_tx, leading) = watch::channel(false);
+        let (senders, leading): (BTreeMap<_, _>, BTreeMap<_, _>) = spec
+            .topics
+            .iter()
+            .map(|t| {
+                let (tx, rx) = watch::channel(false);
+                ((t.clone(), tx), (t.clone(), rx))
+            })
+            .unzip();
         let (requests, inbox) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("ha-lock".into())
-            .spawn({
-                let topic = topic.clone();
-                move || hold(consumer, topic, leading_tx, inbox)
-            })
+            .spawn(move || hold(consumer, senders, inbox))
             .map_err(|e| failed(e.to_string()))?;
         Ok(Self {
             leading,
-            requests: Some(requests),
-            thread: Some(thread),
+            requests: Mutex::new(Some(requests)),
+            thread: Mutex::new(Some(thread)),
         })
     }
 
-    /// True while the lock partition is assigned to this instance.
-    pub fn watch(&self) -> watch::Receiver<bool> {
-        self.leading.clone()
-    }
-
     /// Asks the group coordinator whether this instance is still a member of the
-    /// current generation (an assignment seen locally may be stale after a pause).
-    pub async fn confirm(&self) -> Result<(), String> {
+    /// current generation and owns `topic`'s partition (an assignment seen locally may
+    /// be stale after a pause).
+    async fn confirm(&self, topic: &str) -> Result<(), String> {
         let (reply, answer) = oneshot::channel();
         self.requests
+            .lock()
+            .expect("lock requests")
             .as_ref()
             .ok_or("the lock was released")?
-            .send(Request::Confirm(reply))
+            .send(Request::Confirm(topic.to_string(), reply))
             .map_err(|_| LockError::Stopped.to_string())?;
         answer.await.map_err(|_| LockError::Stopped.to_string())?
     }
 
-    /// Leaves the group, so a standby gets the lock at once rather than after the
+    /// Leaves the group, so other members get the locks at once rather than after the
     /// session timeout; waits up to `timeout` for the coordinator to hear it.
-    pub async fn release(mut self, timeout: Duration) {
-        drop(self.requests.take());
-        if let Some(thread) = self.thread.take() {
+    pub async fn release(&self, timeout: Duration) {
+        drop(self.requests.lock().expect("lock requests").take());
+        let thread = self.thread.lock().expect("lock thread").take();
+        if let Some(thread) = thread {
             let joined = tokio::task::spawn_blocking(move || thread.join());
             let _ = tokio::time::timeout(timeout, joined).await;
         }
     }
 }
 
-/// Polls the consumer, publishes whether it owns the lock partition and answers
-/// requests, until the `Lock` is dropped; then closes the consumer (leaving the group).
+impl Lease {
+    /// `topic`'s lease in `lock`, which must have joined with it.
+    pub fn of(lock: &Arc<Lock>, topic: &str) -> Option<Self> {
+        lock.leading.contains_key(topic).then(|| Self {
+            lock: lock.clone(),
+            topic: topic.to_string(),
+        })
+    }
+
+    /// True while the lock partition is assigned to this instance.
+    pub fn watch(&self) -> watch::Receiver<bool> {
+        self.lock.leading[&self.topic].clone()
+    }
+
+    /// The lock topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Asks the group coordinator whether this instance is still a member of the
+    /// current generation and owns the lock (an assignment seen locally may be stale
+    /// after a pause).
+    pub async fn confirm(&self) -> Result<(), String> {
+        self.lock.confirm(&self.topic).await
+    }
+
+    /// Leaves the group (every lease of it): see [`Lock::release`].
+    pub async fn release(&self, timeout: Duration) {
+        self.lock.release(timeout).await
+    }
+}
+
+/// Polls the consumer, publishes which lock partitions it owns and answers requests,
+/// until the `Lock` is released or dropped; then closes the consumer (leaving the group).
 fn hold(
     consumer: BaseConsumer,
-    topic: String,
-    leading: watch::Sender<bool>,
+    leading: BTreeMap<String, watch::Sender<bool>>,
     inbox: mpsc::Receiver<Request>,
 ) {
     loop {
         if let Some(Err(e)) = consumer.poll(POLL) {
             debug!(error = %e, "lock consumer");
         }
-        let owns = owns_lock(&consumer, &topic);
-        leading.send_if_modified(|l| std::mem::replace(l, owns) != owns);
+        for (topic, leads) in &leading {
+            let owns = owns_lock(&consumer, topic);
+            leads.send_if_modified(|l| std::mem::replace(l, owns) != owns);
+        }
         match inbox.try_recv() {
-            Ok(Request::Confirm(reply)) => {
+            Ok(Request::Confirm(topic, reply)) => {
                 let _ = reply.send(confirm(&consumer, &topic));
             }
             Err(TryRecvError::Empty) => {}
             Err(TryRecvError::Disconnected) => break,
         }
     }
-    leading.send_replace(false);
-    // Dropping closes the consumer: it leaves the group and the lock moves on.
+    for leads in leading.values() {
+        leads.send_replace(false);
+    }
+    // Dropping closes the consumer: it leaves the group and the locks move on.
     drop(consumer);
 }
 

@@ -7,4 +7,4 @@ mod config;
 mod lock;
 
 pub use config::HaConfig;
-pub use lock::{Lock, LockError};
+pub use lock::{Lease, Lock, LockError, LockGroup};

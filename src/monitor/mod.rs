@@ -3,8 +3,10 @@
 
 mod command_progress;
 mod config;
+mod exposition;
 mod http;
 mod metrics;
+mod pool_http;
 mod progress;
 pub mod retention;
 mod role;
@@ -20,6 +22,7 @@ pub use metrics::{
     MetricDef, MetricKind, Metrics, Produced, RestartReason, Snapshot, ABSENT_WHILE_UNKNOWN,
     CATALOG,
 };
+pub use pool_http::{serve_pool, PoolView};
 pub use progress::Progress;
 pub use role::Role;
 pub use run_lock::{Holder, RunLock};

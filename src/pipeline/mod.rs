@@ -59,6 +59,35 @@ pub async fn run(
     shutdown: CancellationToken,
     metrics: Metrics,
 ) -> Result<(), PipelineError> {
+    run_as(config, sink_kind, shutdown, metrics, None).await
+}
+
+/// A pool's source: leads while `lease` is this instance's, waits while it is not, until
+/// `shutdown`; the pool serves the endpoints.
+pub async fn run_pooled(
+    config: &Config,
+    shutdown: CancellationToken,
+    metrics: Metrics,
+    pooled: Pooled<'_>,
+) -> Result<(), PipelineError> {
+    run_as(config, SinkKind::Kafka, shutdown, metrics, Some(pooled)).await
+}
+
+/// Who decides that a pool's source streams here.
+#[derive(Clone, Copy)]
+pub struct Pooled<'a> {
+    pub lease: &'a crate::ha::Lease,
+    pub instance: &'a str,
+    pub group: &'a str,
+}
+
+async fn run_as(
+    config: &Config,
+    sink_kind: SinkKind,
+    shutdown: CancellationToken,
+    metrics: Metrics,
+    pooled: Option<Pooled<'_>>,
+) -> Result<(), PipelineError> {
     // A dry run starts where the real checkpoint is but never writes it: the next real
     // run must not skip what was only printed.
     let (store, scratch) = match sink_kind {
@@ -78,7 +107,7 @@ pub async fn run(
     }
     // Not a child of `shutdown`: the endpoints answer until the pipeline has drained.
     let monitor_stop = CancellationToken::new();
-    if let Some(addr) = config.monitor.listen_addr() {
+    if let Some(addr) = config.monitor.listen_addr().filter(|_| pooled.is_none()) {
         crate::monitor::serve(addr, metrics.clone(), monitor_stop.clone())
             .await
             .map_err(|source| PipelineError::MonitorListen {
@@ -103,6 +132,14 @@ pub async fn run(
         lock: None,
     };
     let supervised = async {
+        if let Some(Pooled {
+            lease,
+            instance,
+            group,
+        }) = pooled
+        {
+            return standby::alternate(&ctx, lease, instance, group).await;
+        }
         match config.ha.enabled && sink_kind == SinkKind::Kafka {
             true => standby::lead_when_elected(&ctx).await,
             false => {
@@ -147,7 +184,7 @@ struct Ctx<'a> {
     shutdown: &'a CancellationToken,
     metrics: &'a Metrics,
     /// `[ha]`: the lock this instance must hold to stream.
-    lock: Option<&'a crate::ha::Lock>,
+    lock: Option<&'a crate::ha::Lease>,
 }
 
 /// Restarts `run_once` after transient errors, with backoff.

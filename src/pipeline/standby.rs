@@ -8,7 +8,7 @@ use tracing::{info, warn};
 
 use super::{supervise, Ctx, PipelineError};
 use crate::config::Config;
-use crate::ha::{Lock, LockError};
+use crate::ha::{Lease, Lock, LockError};
 use crate::monitor::Role;
 
 /// How long a released lock waits for the coordinator to hear that we left.
@@ -31,7 +31,7 @@ pub(super) async fn lead_when_elected(ctx: &Ctx<'_>) -> Result<(), PipelineError
 }
 
 /// Joins the lock group, retrying while Kafka cannot be reached; `None` on shutdown.
-async fn join(ctx: &Ctx<'_>, group: &str) -> Result<Option<Lock>, PipelineError> {
+async fn join(ctx: &Ctx<'_>, group: &str) -> Result<Option<Lease>, PipelineError> {
     let config = ctx.config;
     loop {
         let joined =
@@ -52,16 +52,16 @@ async fn join(ctx: &Ctx<'_>, group: &str) -> Result<Option<Lock>, PipelineError>
 }
 
 /// Standby, then leader, then standby again after a lost lock, until shutdown.
-async fn alternate(
+pub(super) async fn alternate(
     ctx: &Ctx<'_>,
-    lock: &Lock,
+    lock: &Lease,
     instance: &str,
     group: &str,
 ) -> Result<(), PipelineError> {
     let mut leading = lock.watch();
     loop {
         ctx.metrics.set_role(Role::Standby, Some(instance));
-        info!(instance, group, lock_topic = %ctx.config.ha.lock_topic, "standby: waiting for the lock; binlog connection cold");
+        info!(instance, group, lock_topic = %lock.topic(), "standby: waiting for the lock; binlog connection cold");
         let mut check =
             tokio::time::interval(Duration::from_secs(ctx.config.ha.standby_check_secs));
         while !*leading.borrow_and_update() {

@@ -25,6 +25,7 @@ mod managed;
 mod monitoring;
 mod ops;
 mod outage;
+mod pool;
 mod rows;
 mod secured_kafka;
 mod security;

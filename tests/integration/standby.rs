@@ -53,7 +53,7 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    fn start(db: &str) -> Self {
+    pub(crate) fn start(db: &str) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let (db, flag) = (db.to_string(), stop.clone());
         let task = tokio::spawn(async move {

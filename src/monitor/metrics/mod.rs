@@ -100,7 +100,24 @@ pub struct Metrics(Arc<Inner>);
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("outbox_router");
+        Self::with_registry(Registry::with_prefix("outbox_router"))
+    }
+}
+
+impl Metrics {
+    /// A pool's source's metrics: every series carries `source="NAME"`.
+    pub fn for_source(name: &str) -> Self {
+        let label = (
+            std::borrow::Cow::Borrowed("source"),
+            std::borrow::Cow::Owned(name.to_string()),
+        );
+        Self::with_registry(Registry::with_prefix_and_labels(
+            "outbox_router",
+            std::iter::once(label),
+        ))
+    }
+
+    fn with_registry(mut registry: Registry) -> Self {
         let m = Registered::register(&mut registry);
         m.build_info
             .get_or_create(&vec![

@@ -1,0 +1,363 @@
+//! A pool file: `[pool]` (the group, its lock topics, where the sources live) and the
+//! sections every source shares (`[kafka]`, `[monitor]`), once; each source is one file
+//! of the sources directory, an ordinary config without those sections, named by its
+//! file's stem.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::config::{Config, ConfigError};
+
+/// Sections a source file leaves to the pool file.
+const SHARED: [&str; 2] = ["kafka", "monitor"];
+
+/// `[pool]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolConfig {
+    /// Directory of source files (`NAME.toml`), relative to the pool file.
+    pub sources_dir: PathBuf,
+    /// Consumer group of the pool's instances.
+    #[serde(default = "default_group_id")]
+    pub group_id: String,
+    /// Each source's lock is the one partition of topic `<prefix><NAME>`.
+    #[serde(default = "default_lock_topic_prefix")]
+    pub lock_topic_prefix: String,
+    /// An instance that does not heartbeat for this long loses its sources.
+    #[serde(
+        default = "default_session_timeout_ms",
+        deserialize_with = "crate::units::millis"
+    )]
+    pub session_timeout_ms: u64,
+    /// This instance's name in logs, `status` and the group (default `<host>-<pid>`).
+    #[serde(default)]
+    pub instance: String,
+    /// A source's local checkpoint cache goes to `<state_dir>/<NAME>` unless its file
+    /// sets `checkpoint.dir`.
+    pub state_dir: PathBuf,
+}
+
+fn default_group_id() -> String {
+    "outbox-router-pool".into()
+}
+
+fn default_lock_topic_prefix() -> String {
+    "outbox-router.pool.".into()
+}
+
+fn default_session_timeout_ms() -> u64 {
+    10_000
+}
+
+/// The pool file's own sections.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PoolFile {
+    pool: PoolConfig,
+    #[serde(default)]
+    kafka: toml::Table,
+    #[serde(default)]
+    monitor: toml::Table,
+}
+
+/// One source of the pool: its name and its whole configuration (shared sections in).
+#[derive(Debug)]
+pub struct PoolSource {
+    pub name: String,
+    pub config: Config,
+}
+
+/// A loaded pool: its settings, the shared monitor section, and every source.
+#[derive(Debug)]
+pub struct Pool {
+    pub path: PathBuf,
+    pub settings: PoolConfig,
+    /// The pool's endpoint and thresholds (each source's copy has the same).
+    pub monitor: crate::monitor::MonitorConfig,
+    pub sources: Vec<PoolSource>,
+}
+
+impl Pool {
+    /// True when the file at `path` is a pool file (has a `[pool]` section).
+    pub fn is_pool_file(path: &Path) -> bool {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| toml::from_str::<toml::Table>(&text).ok())
+            .is_some_and(|t| t.contains_key("pool"))
+    }
+
+    /// Reads the pool file and every source file of its directory.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let file: PoolFile = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        file.pool.check().map_err(invalid)?;
+        let dir = path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(&file.pool.sources_dir);
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map_err(|source| ConfigError::Read {
+                path: dir.clone(),
+                source,
+            })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(invalid(format!(
+                "pool.sources_dir {} holds no source files (NAME.toml)",
+                dir.display()
+            )));
+        }
+        let sources = files
+            .iter()
+            .map(|f| load_source(&file, f))
+            .collect::<Result<Vec<_>, _>>()?;
+        check_distinct(&sources).map_err(invalid)?;
+        let monitor = toml::Value::Table(file.monitor.clone())
+            .try_into()
+            .map_err(|e: toml::de::Error| invalid(format!("monitor: {e}")))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            settings: file.pool,
+            monitor,
+            sources,
+        })
+    }
+
+    /// The source called `name`.
+    pub fn source(&self, name: &str) -> Result<&PoolSource, String> {
+        self.sources.iter().find(|s| s.name == name).ok_or_else(|| {
+            let names: Vec<&str> = self.sources.iter().map(|s| s.name.as_str()).collect();
+            format!(
+                "no source {name:?} in pool {}: its sources are {}",
+                self.path.display(),
+                names.join(", ")
+            )
+        })
+    }
+
+    /// The lock topic of source `name`.
+    pub fn lock_topic(&self, name: &str) -> String {
+        format!("{}{name}", self.settings.lock_topic_prefix)
+    }
+}
+
+impl PoolConfig {
+    fn check(&self) -> Result<(), String> {
+        if self.group_id.trim().is_empty() {
+            return Err("pool.group_id is empty".into());
+        }
+        crate::kafka::check_topic(&format!("{}x", self.lock_topic_prefix))
+            .map_err(|e| format!("pool.lock_topic_prefix: {e}"))?;
+        if self.session_timeout_ms < 1000 {
+            return Err("pool.session_timeout_ms must be at least 1000".into());
+        }
+        Ok(())
+    }
+
+    /// The name this instance goes by.
+    pub fn instance_name(&self) -> String {
+        crate::ha::HaConfig {
+            instance: self.instance.clone(),
+            ..Default::default()
+        }
+        .instance_name()
+    }
+}
+
+/// A source file with the pool's shared sections put in, parsed and checked as any
+/// config, plus what a pool needs of it.
+fn load_source(pool: &PoolFile, path: &Path) -> Result<PoolSource, ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid {
+        path: path.to_path_buf(),
+        message,
+    };
+    let name = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default()
+        .to_string();
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(invalid(format!(
+            "a source's file name is its name: {name:?} must be letters, digits, '-', '_' or '.'"
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    for key in SHARED {
+        if table.contains_key(key) {
+            return Err(invalid(format!(
+                "[{key}] belongs in the pool file, shared by every source: remove it here"
+            )));
+        }
+    }
+    if table.contains_key("ha") || table.contains_key("pool") {
+        return Err(invalid(
+            "a pool's source has no [ha] or [pool]: the pool's group decides which instance leads it".into(),
+        ));
+    }
+    table.insert("kafka".into(), pool.kafka.clone().into());
+    table.insert("monitor".into(), pool.monitor.clone().into());
+    let checkpoint = table
+        .entry("checkpoint")
+        .or_insert_with(|| toml::Table::new().into());
+    if let Some(checkpoint) = checkpoint.as_table_mut() {
+        if !checkpoint.contains_key("dir") {
+            let dir = pool.pool.state_dir.join(&name);
+            checkpoint.insert("dir".into(), dir.display().to_string().into());
+        }
+    }
+    let merged = toml::to_string(&table).map_err(|e| invalid(e.to_string()))?;
+    let mut config = Config::parse(&merged, path)?;
+    config.pool_source = Some(name.clone());
+    if !config.delivery.exactly_once() {
+        return Err(invalid(
+            "a pool's source needs delivery.mode = \"exactly-once\": its position must live on Kafka (the commit marker), where whichever instance leads it next finds it, and the transactional producer fences the one that led it before".into(),
+        ));
+    }
+    Ok(PoolSource { name, config })
+}
+
+/// Two sources must never share what identifies a stream's progress.
+fn check_distinct(sources: &[PoolSource]) -> Result<(), String> {
+    for (i, a) in sources.iter().enumerate() {
+        for b in &sources[i + 1..] {
+            let same = |what: &str| {
+                Err(format!(
+                    "sources {} and {} have the same {what}: each source needs its own",
+                    a.name, b.name
+                ))
+            };
+            if a.config.delivery.transactional_id == b.config.delivery.transactional_id {
+                return same("delivery.transactional_id");
+            }
+            if a.config.checkpoint.dir == b.config.checkpoint.dir {
+                return same("checkpoint.dir");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SOURCE: &str = r#"
+[source]
+user = "cdc"
+server_id = SERVER
+[outbox]
+tables = ["shop.outbox"]
+[delivery]
+mode = "exactly-once"
+transactional_id = "TXID"
+"#;
+
+    fn pool_with(dir: &Path, pool_extra: &str, sources: &[(&str, String)]) -> PathBuf {
+        std::fs::create_dir_all(dir.join("sources.d")).unwrap();
+        for (name, text) in sources {
+            std::fs::write(dir.join("sources.d").join(format!("{name}.toml")), text).unwrap();
+        }
+        let path = dir.join("pool.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[pool]\nsources_dir = \"sources.d\"\nstate_dir = \"{}\"\n{pool_extra}\n[kafka]\nbootstrap_servers = \"k:9092\"\n[monitor]\nlisten = \"127.0.0.1:9300\"\n",
+                dir.join("state").display()
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    fn source(server: u32, txid: &str) -> String {
+        SOURCE
+            .replace("SERVER", &server.to_string())
+            .replace("TXID", txid)
+    }
+
+    #[test]
+    fn every_source_gets_the_shared_sections_and_its_own_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = pool_with(
+            dir.path(),
+            "",
+            &[
+                ("orders", source(1, "orders")),
+                ("billing", source(2, "billing")),
+            ],
+        );
+        assert!(Pool::is_pool_file(&path));
+        let pool = Pool::load(&path).unwrap();
+        let names: Vec<&str> = pool.sources.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["billing", "orders"]);
+        let orders = &pool.source("orders").unwrap().config;
+        assert_eq!(orders.kafka.bootstrap_servers, "k:9092");
+        assert_eq!(orders.monitor.listen, "127.0.0.1:9300");
+        assert_eq!(orders.checkpoint.dir, dir.path().join("state/orders"));
+        assert_eq!(pool.lock_topic("orders"), "outbox-router.pool.orders");
+        assert!(pool.source("nope").unwrap_err().contains("billing, orders"));
+    }
+
+    #[test]
+    fn a_source_that_could_collide_or_lose_its_position_is_refused() {
+        let cases = [
+            (
+                vec![("a", source(1, "same")), ("b", source(2, "same"))],
+                "delivery.transactional_id",
+            ),
+            (
+                vec![(
+                    "a",
+                    source(1, "a").replace(
+                        "[delivery]\nmode = \"exactly-once\"\ntransactional_id = \"a\"",
+                        "",
+                    ),
+                )],
+                "exactly-once",
+            ),
+            (
+                vec![(
+                    "a",
+                    format!("{}\n[kafka]\nbootstrap_servers = \"x\"\n", source(1, "a")),
+                )],
+                "[kafka] belongs in the pool file",
+            ),
+            (
+                vec![("a", format!("{}\n[ha]\nenabled = true\n", source(1, "a")))],
+                "[ha]",
+            ),
+            (vec![("bad name", source(1, "a"))], "file name is its name"),
+        ];
+        for (sources, expected) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let path = pool_with(dir.path(), "", &sources);
+            let err = Pool::load(&path).unwrap_err().to_string();
+            assert!(err.contains(expected), "{expected}: {err}");
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! A pool: several sources over several instances, one Kafka group deciding which
+//! instance leads which source. Events flow into every source while instances are
+//! killed and come back; then each source's topics are counted with a
+//! `read_committed` consumer: 0 lost, 0 duplicates, per-key order.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::standby::Writer;
+use crate::util::*;
+
+/// The group's session timeout: the broker's minimum (group.min.session.timeout.ms).
+const SESSION_MS: u64 = 6000;
+
+/// A pool's sources and the files two instances run it from.
+struct Pool {
+    sources: Vec<RouterSetup>,
+    names: Vec<String>,
+    dir: tempfile::TempDir,
+}
+
+impl Pool {
+    /// `n` sources, each its own database and outbox, its own transactional id.
+    async fn new(name: &str, n: usize) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("sources.d")).unwrap();
+        let (mut sources, mut names) = (Vec::new(), Vec::new());
+        for i in 0..n {
+            let source = format!("{name}{i}");
+            let (_conn, mut setup) = fresh(&source).await;
+            setup.flush_interval_ms = 20;
+            setup.extra_toml = format!("[delivery]\n{}\n", exactly_once_delivery(&source, true));
+            // The pool file's sections, and each instance's own store under its state_dir.
+            let mut table: toml::Table =
+                toml::from_str(&std::fs::read_to_string(setup.config_path()).unwrap()).unwrap();
+            table.remove("kafka");
+            table.remove("monitor");
+            table["checkpoint"].as_table_mut().unwrap().remove("dir");
+            std::fs::write(
+                dir.path().join(format!("sources.d/{source}.toml")),
+                toml::to_string(&table).unwrap(),
+            )
+            .unwrap();
+            sources.push(setup);
+            names.push(source);
+        }
+        Self {
+            sources,
+            names,
+            dir,
+        }
+    }
+
+    /// The pool file of instance `instance`, its endpoint on `port`.
+    fn file(&self, instance: &str, port: u16) -> PathBuf {
+        let path = self.dir.path().join(format!("pool-{instance}.toml"));
+        let pid = std::process::id();
+        let text = format!(
+            "[pool]\nsources_dir = \"sources.d\"\nstate_dir = \"{state}\"\ngroup_id = \"it-pool-{pid}-{first}\"\n\
+             lock_topic_prefix = \"it.pool.{pid}.\"\nsession_timeout_ms = {SESSION_MS}\ninstance = \"{instance}\"\n\
+             [kafka]\nbootstrap_servers = \"{bootstrap}\"\n\
+             [monitor]\nlisten = \"127.0.0.1:{port}\"\ninterval_secs = 1\ndetect_hours = 0.25\nrepair_hours = 0.25\n",
+            state = self.dir.path().join(format!("state-{instance}")).display(),
+            first = self.names[0],
+            bootstrap = kafka_bootstrap(),
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn start(&self, instance: &str, port: u16, args: &[&str]) -> RouterProcess {
+        static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = self.dir.path().join(format!("{instance}-{run}.log"));
+        let child = std::process::Command::new(router_bin())
+            .arg("--config")
+            .arg(self.file(instance, port))
+            .arg("run")
+            .args(args)
+            .env("IT_CDC_PASSWORD", "cdc-secret")
+            .env(
+                "OUTBOX_ROUTER_LOG",
+                "info,outbox_router=debug,rdkafka=warn,outbox_router::pipeline::ack=info",
+            )
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        RouterProcess::adopt(child, log)
+    }
+
+    fn topics(&self, i: usize) -> Vec<String> {
+        TYPES.iter().map(|t| self.sources[i].topic(t)).collect()
+    }
+}
+
+/// The sources instance at `port` streams (leader and connected), by `/metrics`.
+async fn streaming_sources(port: u16) -> Option<Vec<String>> {
+    let (code, body) = tokio::time::timeout(Duration::from_secs(2), try_http_get(port, "/metrics"))
+        .await
+        .ok()??;
+    if code != 200 {
+        return None;
+    }
+    let value = |metric: &str, line: &str| -> Option<(String, f64)> {
+        let rest = line.strip_prefix(metric)?.strip_prefix("{")?;
+        let source = rest.split("source=\"").nth(1)?.split('"').next()?;
+        Some((source.to_string(), rest.rsplit(' ').next()?.parse().ok()?))
+    };
+    let on = |metric: &str| -> Vec<String> {
+        body.lines()
+            .filter_map(|l| value(metric, l))
+            .filter(|(_, v)| *v == 1.0)
+            .map(|(s, _)| s)
+            .collect()
+    };
+    let connected = on("outbox_router_connected");
+    Some(
+        on("outbox_router_leader")
+            .into_iter()
+            .filter(|s| connected.contains(s))
+            .collect(),
+    )
+}
+
+/// Waits until the instances on `ports` stream every source between them, each source
+/// on exactly one, no instance more than one source above another; returns how long
+/// it took and who streams what.
+async fn wait_balanced(
+    ports: &[u16],
+    sources: usize,
+    timeout: Duration,
+    logs: &[&RouterProcess],
+) -> (Duration, Vec<Vec<String>>) {
+    let started = Instant::now();
+    loop {
+        let mut each = Vec::new();
+        for port in ports {
+            each.push(streaming_sources(*port).await.unwrap_or_default());
+        }
+        let total: usize = each.iter().map(Vec::len).sum();
+        let mut all: Vec<&String> = each.iter().flatten().collect();
+        all.sort();
+        all.dedup();
+        let (min, max) = (
+            each.iter().map(Vec::len).min().unwrap_or(0),
+            each.iter().map(Vec::len).max().unwrap_or(0),
+        );
+        if total == sources && all.len() == sources && max - min <= 1 {
+            return (started.elapsed(), each);
+        }
+        if started.elapsed() > timeout {
+            let logs: Vec<String> = logs.iter().map(|p| p.log()).collect();
+            panic!(
+                "not balanced within {timeout:?}: {each:?}\n{}",
+                logs.join("\n======\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn instance_port() -> u16 {
+    monitor_port()
+}
+
+/// Four sources on two instances: the first leads all four, the second joining takes
+/// two; the first killed -9, the second leads all four; the first back, two each. Every
+/// source's events counted at the end: 0 lost, 0 duplicates.
+#[tokio::test(flavor = "multi_thread")]
+async fn sources_are_balanced_and_moved_without_loss_or_duplicates() {
+    let _settings = SERVER_SETTINGS.read().await;
+    const SOURCES: usize = 4;
+    let pool = Pool::new("pool", SOURCES).await;
+    let (pa, pb) = (instance_port(), instance_port());
+    let mut a = pool.start("a", pa, &["--init"]);
+    let (took, _) = wait_balanced(&[pa], SOURCES, Duration::from_secs(90), &[&a]).await;
+    println!(
+        "pool: one instance streams all {SOURCES} sources {} ms after launch",
+        took.as_millis()
+    );
+    let writers: Vec<Writer> = pool.sources.iter().map(|s| Writer::start(&s.db)).collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let mut b = pool.start("b", pb, &[]);
+    let (took, each) = wait_balanced(&[pa, pb], SOURCES, Duration::from_secs(90), &[&a, &b]).await;
+    println!(
+        "pool: a second instance joined, balanced in {} ms: {each:?}",
+        took.as_millis()
+    );
+    assert_eq!(each[1].len(), SOURCES / 2, "{each:?}");
+
+    // `status --source` with the pool file: the source's own status.
+    let out = std::process::Command::new(router_bin())
+        .args(["--config"])
+        .arg(pool.file("a", pa))
+        .args(["--source", &pool.names[0], "status", "--json"])
+        .env("IT_CDC_PASSWORD", "cdc-secret")
+        .output()
+        .unwrap();
+    let st: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {:?}", out));
+    assert!(st["checkpoint"].is_string(), "{st}");
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    a.kill9();
+    let (took, each) = wait_balanced(&[pb], SOURCES, Duration::from_secs(90), &[&b]).await;
+    println!(
+        "pool: kill -9 of an instance; the other streams all {SOURCES} sources {} ms later (session timeout {SESSION_MS} ms): {each:?}",
+        took.as_millis()
+    );
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut a = pool.start("a", pa, &[]);
+    let (took, each) = wait_balanced(&[pa, pb], SOURCES, Duration::from_secs(90), &[&a, &b]).await;
+    println!(
+        "pool: the killed instance back, balanced in {} ms: {each:?}",
+        took.as_millis()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let mut totals = Vec::new();
+    for w in writers {
+        totals.push(w.stop().await);
+    }
+    for (i, total) in totals.iter().enumerate() {
+        let seen = wait_for_count(&pool.topics(i), *total as i64, Duration::from_secs(120));
+        assert!(
+            seen >= *total as i64,
+            "source {i}: {seen} of {total}:\n{}\n=====\n{}",
+            a.log(),
+            b.log()
+        );
+    }
+    for p in [&mut a, &mut b] {
+        let status = p.stop(Duration::from_secs(60));
+        assert!(status.success(), "{status}:\n{}", p.log());
+    }
+    for (i, total) in totals.iter().enumerate() {
+        let duplicates = check_stream(&pool.topics(i), *total);
+        println!(
+            "pool source {}: events={total} lost=0 duplicates={duplicates}",
+            pool.names[i]
+        );
+        assert_eq!(
+            duplicates, 0,
+            "source {}: read_committed duplicates",
+            pool.names[i]
+        );
+    }
+    let log = format!("{}\n{}", a.log(), b.log());
+    assert!(!log.contains("cdc-secret"), "a secret in the log");
+}
