@@ -56,6 +56,7 @@ pub fn crash_at(name: &str) -> ! {
 }
 
 pub(crate) mod bytes_json;
+mod cause_chain;
 pub mod checkpoint;
 pub mod civil;
 pub mod cli;
@@ -74,3 +75,5 @@ pub(crate) mod secret;
 pub(crate) mod sink;
 pub mod source;
 pub(crate) mod units;
+
+pub use cause_chain::cause_chain;

@@ -39,7 +39,7 @@ fn main() -> ExitCode {
     match runtime.block_on(cli::dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("outbox-router: error: {}", cause_chain(&e));
+            eprintln!("outbox-router: error: {}", outbox_router::cause_chain(&e));
             cli::exit_code_of(&e)
         }
     }
@@ -55,22 +55,6 @@ fn usage_error(e: clap::Error) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
-}
-
-/// The error and its causes, each once: many messages already quote their source
-/// (`query … failed: Server error: …`), and a client library's error quotes its own.
-fn cause_chain(e: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in e.chain() {
-        let part = cause.to_string();
-        if !text.contains(&part) {
-            if !text.is_empty() {
-                text.push_str(": ");
-            }
-            text.push_str(&part);
-        }
-    }
-    text
 }
 
 fn init_logging(format: LogFormat) {

@@ -173,7 +173,7 @@ async fn lead_source(
                 warn!(source = %name, error = %e, "fenced: another instance leads this source now; waiting for the group to assign it again")
             }
             Err(e) => {
-                let why = format!("{:#}", anyhow::Error::from(e));
+                let why = crate::cause_chain(&anyhow::Error::from(e));
                 error!(source = %name, error = %why, retry_secs = SOURCE_RETRY.as_secs(), "the source stopped; the pool's other sources go on");
                 metrics.set_role(Role::Standby, Some(instance));
                 metrics.set_standby_check(Err(format!("the source stopped: {why}")));

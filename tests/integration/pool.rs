@@ -160,8 +160,71 @@ async fn wait_balanced(
     }
 }
 
-fn instance_port() -> u16 {
-    monitor_port()
+/// Stops the writers, waits for every event, stops the instances, and counts each
+/// source's topics: 0 lost, 0 duplicates, per-key order.
+async fn finish(pool: &Pool, writers: Vec<Writer>, instances: &mut [&mut RouterProcess]) {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut totals = Vec::new();
+    for w in writers {
+        totals.push(w.stop().await);
+    }
+    let logs = |instances: &[&mut RouterProcess]| {
+        let logs: Vec<String> = instances.iter().map(|p| p.log()).collect();
+        logs.join("\n======\n")
+    };
+    for (i, total) in totals.iter().enumerate() {
+        let seen = wait_for_count(&pool.topics(i), *total as i64, Duration::from_secs(120));
+        assert!(
+            seen >= *total as i64,
+            "source {}: {seen} of {total}:\n{}",
+            pool.names[i],
+            logs(instances)
+        );
+    }
+    for p in instances.iter_mut() {
+        let status = p.stop(Duration::from_secs(60));
+        assert!(status.success(), "{status}:\n{}", p.log());
+    }
+    for (i, total) in totals.iter().enumerate() {
+        let duplicates = check_stream(&pool.topics(i), *total);
+        println!(
+            "pool source {}: events={total} lost=0 duplicates={duplicates}",
+            pool.names[i]
+        );
+        assert_eq!(
+            duplicates, 0,
+            "source {}: read_committed duplicates",
+            pool.names[i]
+        );
+    }
+    let log = logs(instances);
+    assert!(!log.contains("cdc-secret"), "a secret in the log");
+}
+
+/// Starts instance `a` (with `--init`, the sources' first start) until it streams every
+/// source, then `b` until the two are balanced, events flowing into every source.
+async fn two_balanced(
+    pool: &Pool,
+    pa: u16,
+    pb: u16,
+) -> (RouterProcess, RouterProcess, Vec<Writer>) {
+    let n = pool.sources.len();
+    let a = pool.start("a", pa, &["--init"]);
+    let (took, _) = wait_balanced(&[pa], n, Duration::from_secs(90), &[&a]).await;
+    println!(
+        "pool: one instance streams all {n} sources {} ms after launch",
+        took.as_millis()
+    );
+    let writers: Vec<Writer> = pool.sources.iter().map(|s| Writer::start(&s.db)).collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let b = pool.start("b", pb, &[]);
+    let (took, each) = wait_balanced(&[pa, pb], n, Duration::from_secs(90), &[&a, &b]).await;
+    println!(
+        "pool: a second instance joined, balanced in {} ms: {each:?}",
+        took.as_millis()
+    );
+    assert_eq!(each[1].len(), n / 2, "{each:?}");
+    (a, b, writers)
 }
 
 /// Four sources on two instances: the first leads all four, the second joining takes
@@ -172,23 +235,8 @@ async fn sources_are_balanced_and_moved_without_loss_or_duplicates() {
     let _settings = SERVER_SETTINGS.read().await;
     const SOURCES: usize = 4;
     let pool = Pool::new("pool", SOURCES).await;
-    let (pa, pb) = (instance_port(), instance_port());
-    let mut a = pool.start("a", pa, &["--init"]);
-    let (took, _) = wait_balanced(&[pa], SOURCES, Duration::from_secs(90), &[&a]).await;
-    println!(
-        "pool: one instance streams all {SOURCES} sources {} ms after launch",
-        took.as_millis()
-    );
-    let writers: Vec<Writer> = pool.sources.iter().map(|s| Writer::start(&s.db)).collect();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-
-    let mut b = pool.start("b", pb, &[]);
-    let (took, each) = wait_balanced(&[pa, pb], SOURCES, Duration::from_secs(90), &[&a, &b]).await;
-    println!(
-        "pool: a second instance joined, balanced in {} ms: {each:?}",
-        took.as_millis()
-    );
-    assert_eq!(each[1].len(), SOURCES / 2, "{each:?}");
+    let (pa, pb) = (monitor_port(), monitor_port());
+    let (mut a, mut b, writers) = two_balanced(&pool, pa, pb).await;
 
     // `status --source` with the pool file: the source's own status.
     let out = std::process::Command::new(router_bin())
@@ -199,7 +247,7 @@ async fn sources_are_balanced_and_moved_without_loss_or_duplicates() {
         .output()
         .unwrap();
     let st: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {:?}", out));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
     assert!(st["checkpoint"].is_string(), "{st}");
 
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -217,37 +265,87 @@ async fn sources_are_balanced_and_moved_without_loss_or_duplicates() {
         "pool: the killed instance back, balanced in {} ms: {each:?}",
         took.as_millis()
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    finish(&pool, writers, &mut [&mut a, &mut b]).await;
+}
 
-    let mut totals = Vec::new();
-    for w in writers {
-        totals.push(w.stop().await);
+/// An instance frozen (SIGSTOP) past the session timeout: the other takes its sources;
+/// thawed, its producers are fenced or its leases gone — nothing it held becomes
+/// visible — and it stays in the pool, taking its share again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_frozen_instance_is_fenced_and_rejoins() {
+    let _settings = SERVER_SETTINGS.read().await;
+    const SOURCES: usize = 4;
+    let pool = Pool::new("poolstop", SOURCES).await;
+    let (pa, pb) = (monitor_port(), monitor_port());
+    let (mut a, mut b, writers) = two_balanced(&pool, pa, pb).await;
+    a.pause();
+    let (took, _) = wait_balanced(&[pb], SOURCES, Duration::from_secs(90), &[&b]).await;
+    println!(
+        "pool: SIGSTOP of an instance; the other streams all {SOURCES} sources {} ms later",
+        took.as_millis()
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    a.resume();
+    let (took, each) = wait_balanced(&[pa, pb], SOURCES, Duration::from_secs(90), &[&a, &b]).await;
+    println!(
+        "pool: thawed, balanced again in {} ms: {each:?}",
+        took.as_millis()
+    );
+    assert!(
+        a.wait(Duration::ZERO).is_none(),
+        "the thawed instance exited:\n{}",
+        a.log()
+    );
+    finish(&pool, writers, &mut [&mut a, &mut b]).await;
+}
+
+/// One source's database password wrong: that source fails, is retried and says so in
+/// `/status`, while the pool's other sources stream; the password fixed, it catches up.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_source_stops_only_itself() {
+    let _settings = SERVER_SETTINGS.read().await;
+    const SOURCES: usize = 3;
+    let pool = Pool::new("poolpw", SOURCES).await;
+    let secret = pool.dir.path().join("broken-password");
+    std::fs::write(&secret, "not-the-password\n").unwrap();
+    let broken = pool
+        .dir
+        .path()
+        .join(format!("sources.d/{}.toml", pool.names[1]));
+    let text = std::fs::read_to_string(&broken).unwrap().replace(
+        "${env:IT_CDC_PASSWORD}",
+        &format!("${{file:{}}}", secret.display()),
+    );
+    std::fs::write(&broken, text).unwrap();
+    let writers: Vec<Writer> = pool.sources.iter().map(|s| Writer::start(&s.db)).collect();
+    let pa = monitor_port();
+    // The first start is recorded on Kafka: --init needs no database.
+    let mut a = pool.start("a", pa, &["--init"]);
+    let healthy = [pool.names[0].clone(), pool.names[2].clone()];
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let streaming = streaming_sources(pa).await.unwrap_or_default();
+        if healthy.iter().all(|h| streaming.contains(h)) {
+            assert!(!streaming.contains(&pool.names[1]), "{streaming:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{streaming:?}:\n{}", a.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    for (i, total) in totals.iter().enumerate() {
-        let seen = wait_for_count(&pool.topics(i), *total as i64, Duration::from_secs(120));
-        assert!(
-            seen >= *total as i64,
-            "source {i}: {seen} of {total}:\n{}\n=====\n{}",
-            a.log(),
-            b.log()
-        );
-    }
-    for p in [&mut a, &mut b] {
-        let status = p.stop(Duration::from_secs(60));
-        assert!(status.success(), "{status}:\n{}", p.log());
-    }
-    for (i, total) in totals.iter().enumerate() {
-        let duplicates = check_stream(&pool.topics(i), *total);
-        println!(
-            "pool source {}: events={total} lost=0 duplicates={duplicates}",
-            pool.names[i]
-        );
-        assert_eq!(
-            duplicates, 0,
-            "source {}: read_committed duplicates",
-            pool.names[i]
-        );
-    }
-    let log = format!("{}\n{}", a.log(), b.log());
-    assert!(!log.contains("cdc-secret"), "a secret in the log");
+    let (code, status) = http_get(pa, &format!("/sources/{}/status", pool.names[1])).await;
+    println!("pool: the failing source's /status ({code}): {status}");
+    let log = a.log();
+    assert!(
+        log.contains(&format!("source={}", pool.names[1])) && log.contains("Access denied"),
+        "the failing source must be named with its error:\n{log}"
+    );
+    assert!(!log.contains("not-the-password"), "a secret in the log");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    std::fs::write(&secret, "cdc-secret\n").unwrap();
+    let (took, _) = wait_balanced(&[pa], SOURCES, Duration::from_secs(90), &[&a]).await;
+    println!(
+        "pool: the password fixed, the source streams {} ms later",
+        took.as_millis()
+    );
+    finish(&pool, writers, &mut [&mut a]).await;
 }
