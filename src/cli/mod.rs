@@ -53,6 +53,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Run { sink, init, shadow } if is_pool => {
             run::pool(&cli.config, source, sink, init, shadow).await
         }
+        Command::Validate if is_pool && source.is_none() => validate::pool(&cli.config).await,
         Command::Completions { shell } => docs::completions(shell),
         Command::Man => docs::man(),
         Command::ImportDebezium {

@@ -107,9 +107,8 @@ pub(super) async fn pool(
     if shadow || !matches!(sink, SinkArg::Kafka) {
         anyhow::bail!("a pool runs with the Kafka sink and without --shadow: run one source's file on its own for a dry run or a shadow");
     }
-    let pool = crate::pool::Pool::load(path)?;
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
-    crate::pool::run(pool, init, shutdown).await?;
+    crate::pool::run(path, init, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }

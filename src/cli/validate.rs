@@ -7,6 +7,28 @@ use anyhow::Result;
 use crate::config::Config;
 use crate::ops::validate::Verdict;
 
+/// Every source of a pool, each under its name; exit 1 when any has a problem.
+pub(super) async fn pool(path: &std::path::Path) -> Result<ExitCode> {
+    let pool = crate::pool::Pool::load(path)?;
+    let mut failed = Vec::new();
+    for source in &pool.sources {
+        println!("== source {} ==", source.name);
+        if run(&source.config).await? != ExitCode::SUCCESS {
+            failed.push(source.name.as_str());
+        }
+    }
+    match failed.is_empty() {
+        true => {
+            println!("all {} sources passed", pool.sources.len());
+            Ok(ExitCode::SUCCESS)
+        }
+        false => {
+            println!("problems in source(s): {}", failed.join(", "));
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
 /// Prints each check; exit 1 on any problem (a warning is none).
 pub(super) async fn run(config: &Config) -> Result<ExitCode> {
     let findings = crate::ops::validate::validate(config).await;

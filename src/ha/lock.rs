@@ -38,6 +38,13 @@ enum Request {
     /// Prove membership of the current generation with a synchronous offset commit
     /// while owning the topic's partition.
     Confirm(String, oneshot::Sender<Result<(), String>>),
+    /// Subscribe to exactly these lock topics: a pool's sources added or removed. The
+    /// watches of topics new to the consumer come with them.
+    Subscribe {
+        topics: Vec<String>,
+        added: Vec<(String, watch::Sender<bool>)>,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
 }
 
 /// Who joins a lock group, and for which lock topics (one partition each: a
@@ -53,7 +60,8 @@ pub struct LockGroup {
 /// This instance's membership in a lock group.
 pub struct Lock {
     /// One watch per lock topic: true while its partition is assigned to this instance.
-    leading: BTreeMap<String, watch::Receiver<bool>>,
+    leading: Mutex<BTreeMap<String, watch::Receiver<bool>>>,
+    group: String,
     requests: Mutex<Option<mpsc::Sender<Request>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -133,7 +141,8 @@ impl Lock {
             .spawn(move || hold(consumer, senders, inbox))
             .map_err(|e| failed(e.to_string()))?;
         Ok(Self {
-            leading,
+            leading: Mutex::new(leading),
+            group: spec.group.clone(),
             requests: Mutex::new(Some(requests)),
             thread: Mutex::new(Some(thread)),
         })
@@ -154,6 +163,62 @@ impl Lock {
         answer.await.map_err(|_| LockError::Stopped.to_string())?
     }
 
+    /// Subscribes to exactly `topics` (creating the new ones): a pool's sources added
+    /// or removed. A removed source must have stopped first; the group's cooperative
+    /// rebalance leaves every other topic where it is.
+    pub async fn resubscribe(
+        &self,
+        kafka: &KafkaConfig,
+        topics: &[String],
+    ) -> Result<(), LockError> {
+        let failed = |reason: String| LockError::Join {
+            group: self.group.clone(),
+            topic: topics.join(", "),
+            reason,
+        };
+        let known: Vec<String> = self
+            .leading
+            .lock()
+            .expect("lock watches")
+            .keys()
+            .cloned()
+            .collect();
+        let new: Vec<&String> = topics.iter().filter(|t| !known.contains(t)).collect();
+        if !new.is_empty() {
+            let creator = TopicCreator::new(kafka)?;
+            for topic in &new {
+                creator.ensure_compacted(topic, "lock")?;
+            }
+        }
+        let (added, receivers): (Vec<_>, Vec<_>) = new
+            .iter()
+            .map(|t| {
+                let (tx, rx) = watch::channel(false);
+                (((*t).clone(), tx), ((*t).clone(), rx))
+            })
+            .unzip();
+        let (reply, answer) = oneshot::channel();
+        self.requests
+            .lock()
+            .expect("lock requests")
+            .as_ref()
+            .ok_or_else(|| failed("the lock was released".into()))?
+            .send(Request::Subscribe {
+                topics: topics.to_vec(),
+                added,
+                reply,
+            })
+            .map_err(|_| LockError::Stopped)?;
+        answer
+            .await
+            .map_err(|_| LockError::Stopped)?
+            .map_err(failed)?;
+        let mut leading = self.leading.lock().expect("lock watches");
+        leading.retain(|t, _| topics.contains(t));
+        leading.extend(receivers);
+        Ok(())
+    }
+
     /// Leaves the group, so other members get the locks at once rather than after the
     /// session timeout; waits up to `timeout` for the coordinator to hear it.
     pub async fn release(&self, timeout: Duration) {
@@ -169,7 +234,12 @@ impl Lock {
 impl Lease {
     /// `topic`'s lease in `lock`, which must have joined with it.
     pub fn of(lock: &Arc<Lock>, topic: &str) -> Option<Self> {
-        lock.leading.contains_key(topic).then(|| Self {
+        let known = lock
+            .leading
+            .lock()
+            .expect("lock watches")
+            .contains_key(topic);
+        known.then(|| Self {
             lock: lock.clone(),
             topic: topic.to_string(),
         })
@@ -177,7 +247,12 @@ impl Lease {
 
     /// True while the lock partition is assigned to this instance.
     pub fn watch(&self) -> watch::Receiver<bool> {
-        self.lock.leading[&self.topic].clone()
+        let leading = self.lock.leading.lock().expect("lock watches");
+        match leading.get(&self.topic) {
+            Some(watch) => watch.clone(),
+            // Unsubscribed: never ours again.
+            None => watch::channel(false).1,
+        }
     }
 
     /// The lock topic.
@@ -202,7 +277,7 @@ impl Lease {
 /// until the `Lock` is released or dropped; then closes the consumer (leaving the group).
 fn hold(
     consumer: BaseConsumer,
-    leading: BTreeMap<String, watch::Sender<bool>>,
+    mut leading: BTreeMap<String, watch::Sender<bool>>,
     inbox: mpsc::Receiver<Request>,
 ) {
     loop {
@@ -216,6 +291,21 @@ fn hold(
         match inbox.try_recv() {
             Ok(Request::Confirm(topic, reply)) => {
                 let _ = reply.send(confirm(&consumer, &topic));
+            }
+            Ok(Request::Subscribe {
+                topics,
+                added,
+                reply,
+            }) => {
+                for (topic, leads) in &leading {
+                    if !topics.contains(topic) {
+                        leads.send_replace(false);
+                    }
+                }
+                leading.retain(|t, _| topics.contains(t));
+                leading.extend(added);
+                let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+                let _ = reply.send(consumer.subscribe(&names).map_err(|e| e.to_string()));
             }
             Err(TryRecvError::Empty) => {}
             Err(TryRecvError::Disconnected) => break,

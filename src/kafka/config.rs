@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 /// Kafka producer settings.
-#[derive(Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
     /// Broker list.
@@ -22,7 +22,7 @@ pub struct KafkaConfig {
 }
 
 /// Topic creation: on by default, with the broker's defaults unless a rule matches.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopicsConfig {
     /// Create a topic the first time a record goes to it, if it does not exist.

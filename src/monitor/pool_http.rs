@@ -2,7 +2,7 @@
 //! `source`), `/status` and `/health` per source, `/ready` over the sources it leads.
 //! Loopback by default, as a single router's.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
@@ -14,11 +14,49 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Metrics, Role, Unobserved};
 
-/// What the pool's endpoints show: this instance and every source's metrics.
+/// What the pool's endpoints show: this instance and every source's metrics, as
+/// sources are added and removed.
 pub struct PoolView {
-    pub instance: String,
-    pub group: String,
-    pub sources: Vec<(String, Metrics)>,
+    instance: String,
+    group: String,
+    sources: RwLock<Vec<(String, Metrics)>>,
+}
+
+impl PoolView {
+    pub fn new(instance: String, group: String) -> Self {
+        Self {
+            instance,
+            group,
+            sources: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// Shows `name` (replacing its metrics, if shown).
+    pub fn insert(&self, name: &str, metrics: Metrics) {
+        let mut sources = self.sources.write().expect("pool view");
+        sources.retain(|(n, _)| n != name);
+        sources.push((name.to_string(), metrics));
+        sources.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+
+    /// Stops showing `name`.
+    pub fn remove(&self, name: &str) {
+        self.sources
+            .write()
+            .expect("pool view")
+            .retain(|(n, _)| n != name);
+    }
+
+    /// The metrics shown for `name`.
+    pub fn metrics_of(&self, name: &str) -> Option<Metrics> {
+        self.snapshot()
+            .into_iter()
+            .find_map(|(n, m)| (n == name).then_some(m))
+    }
+
+    fn snapshot(&self) -> Vec<(String, Metrics)> {
+        self.sources.read().expect("pool view").clone()
+    }
 }
 
 /// Serves the pool's endpoints until `shutdown`; binding errors are returned at once.
@@ -28,7 +66,7 @@ pub async fn serve_pool(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, sources = view.sources.len(), "serving /metrics /health /ready /status for the pool");
+    tracing::info!(%addr, "serving /metrics /health /ready /status for the pool");
     let app = Router::new()
         .route("/metrics", get(metrics_text))
         .route("/health", get(health))
@@ -48,7 +86,7 @@ pub async fn serve_pool(
 }
 
 async fn metrics_text(State(view): State<Arc<PoolView>>) -> impl IntoResponse {
-    let texts: Vec<String> = view.sources.iter().map(|(_, m)| m.encode()).collect();
+    let texts: Vec<String> = view.snapshot().iter().map(|(_, m)| m.encode()).collect();
     (
         [(
             header::CONTENT_TYPE,
@@ -68,7 +106,7 @@ fn source_status(m: &Metrics) -> Value {
 }
 
 fn per_source(view: &PoolView, f: impl Fn(&Metrics) -> Value) -> Map<String, Value> {
-    view.sources
+    view.snapshot()
         .iter()
         .map(|(name, m)| (name.clone(), f(m)))
         .collect()
@@ -80,7 +118,7 @@ async fn source_status_of(
     State(view): State<Arc<PoolView>>,
     Path(name): Path<String>,
 ) -> axum::response::Response {
-    let Some((_, m)) = view.sources.iter().find(|(n, _)| *n == name) else {
+    let Some(m) = view.metrics_of(&name) else {
         return (
             StatusCode::NOT_FOUND,
             format!("no source {name:?} in this pool\n"),
@@ -91,7 +129,7 @@ async fn source_status_of(
         Some(_) => StatusCode::OK,
         None => StatusCode::SERVICE_UNAVAILABLE,
     };
-    (code, Json(source_status(m))).into_response()
+    (code, Json(source_status(&m))).into_response()
 }
 
 async fn status(State(view): State<Arc<PoolView>>) -> impl IntoResponse {
@@ -123,7 +161,7 @@ async fn health(State(view): State<Arc<PoolView>>) -> impl IntoResponse {
 /// waits for are other instances' to lead).
 async fn ready(State(view): State<Arc<PoolView>>) -> impl IntoResponse {
     let not_ready: Vec<String> = view
-        .sources
+        .snapshot()
         .iter()
         .filter(|(_, m)| m.role() != Role::Standby)
         .filter_map(|(name, m)| m.readiness().err().map(|why| format!("{name}: {why}")))

@@ -36,6 +36,17 @@ pub struct PoolConfig {
     /// A source's local checkpoint cache goes to `<state_dir>/<NAME>` unless its file
     /// sets `checkpoint.dir`.
     pub state_dir: PathBuf,
+    /// How often the sources directory is read again for added, removed and changed
+    /// sources (SIGHUP reads it at once); 0: only on SIGHUP.
+    #[serde(
+        default = "default_watch_secs",
+        deserialize_with = "crate::units::secs"
+    )]
+    pub watch_secs: u64,
+}
+
+fn default_watch_secs() -> u64 {
+    30
 }
 
 fn default_group_id() -> String {
@@ -65,7 +76,12 @@ struct PoolFile {
 #[derive(Debug)]
 pub struct PoolSource {
     pub name: String,
+    /// The one-partition topic whose owner in the group leads this source.
+    pub lock_topic: String,
     pub config: Config,
+    /// What it was loaded from, shared sections in: a reload restarts a source whose
+    /// text changed.
+    pub text: String,
 }
 
 /// A loaded pool: its settings, the shared monitor section, and every source.
@@ -75,6 +91,9 @@ pub struct Pool {
     pub settings: PoolConfig,
     /// The pool's endpoint and thresholds (each source's copy has the same).
     pub monitor: crate::monitor::MonitorConfig,
+    /// The shared Kafka section (the lock group's client; each source's copy has the
+    /// same).
+    pub kafka: crate::kafka::KafkaConfig,
     pub sources: Vec<PoolSource>,
 }
 
@@ -129,10 +148,13 @@ impl Pool {
         let monitor = toml::Value::Table(file.monitor.clone())
             .try_into()
             .map_err(|e: toml::de::Error| invalid(format!("monitor: {e}")))?;
+        // Checked by every source's load, with its secrets resolved there too.
+        let kafka = sources[0].config.kafka.clone();
         Ok(Self {
             path: path.to_path_buf(),
             settings: file.pool,
             monitor,
+            kafka,
             sources,
         })
     }
@@ -147,11 +169,6 @@ impl Pool {
                 names.join(", ")
             )
         })
-    }
-
-    /// The lock topic of source `name`.
-    pub fn lock_topic(&self, name: &str) -> String {
-        format!("{}{name}", self.settings.lock_topic_prefix)
     }
 }
 
@@ -238,7 +255,12 @@ fn load_source(pool: &PoolFile, path: &Path) -> Result<PoolSource, ConfigError> 
             "a pool's source needs delivery.mode = \"exactly-once\": its position must live on Kafka (the commit marker), where whichever instance leads it next finds it, and the transactional producer fences the one that led it before".into(),
         ));
     }
-    Ok(PoolSource { name, config })
+    Ok(PoolSource {
+        lock_topic: format!("{}{name}", pool.pool.lock_topic_prefix),
+        name,
+        config,
+        text: merged,
+    })
 }
 
 /// Two sources must never share what identifies a stream's progress.
@@ -319,7 +341,10 @@ transactional_id = "TXID"
         assert_eq!(orders.kafka.bootstrap_servers, "k:9092");
         assert_eq!(orders.monitor.listen, "127.0.0.1:9300");
         assert_eq!(orders.checkpoint.dir, dir.path().join("state/orders"));
-        assert_eq!(pool.lock_topic("orders"), "outbox-router.pool.orders");
+        assert_eq!(
+            pool.source("orders").unwrap().lock_topic,
+            "outbox-router.pool.orders"
+        );
         assert!(pool.source("nope").unwrap_err().contains("billing, orders"));
     }
 

@@ -10,10 +10,13 @@
 
 mod config;
 
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -30,18 +33,16 @@ const SOURCE_RETRY: Duration = Duration::from_secs(15);
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs this instance's part of the pool until `shutdown`; `init` records each
-/// source's first start where it has none (as `checkpoint init` would).
-pub async fn run(pool: Pool, init: bool, shutdown: CancellationToken) -> Result<()> {
-    let settings = &pool.settings;
+/// source's first start where it has none (as `checkpoint init` would). SIGHUP, and
+/// every `pool.watch_secs`, reads the sources directory again: added sources join,
+/// removed ones stop (drained and committed) and leave, changed ones restart.
+pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result<()> {
+    let pool = Pool::load(path)?;
+    let settings = pool.settings.clone();
     let instance = settings.instance_name();
     let group = settings.group_id.clone();
     for source in &pool.sources {
-        for key in &source.config.inline_secrets {
-            warn!(source = %source.name, key = %key, "a secret is written into the source's file: reference it as \"${{env:VARIABLE}}\" or \"${{file:PATH}}\"");
-        }
-        crate::kafka::check_properties(&source.config.kafka)
-            .map_err(anyhow::Error::msg)
-            .context("kafka.properties")?;
+        prepare(source)?;
     }
     if init {
         for source in &pool.sources {
@@ -51,29 +52,16 @@ pub async fn run(pool: Pool, init: bool, shutdown: CancellationToken) -> Result<
             info!(source = %source.name, recorded = ?init.recorded, "--init: the source's first start");
         }
     }
-    let metrics: Vec<(String, Metrics)> = pool
-        .sources
-        .iter()
-        .map(|s| (s.name.clone(), Metrics::for_source(&s.name)))
-        .collect();
+    let view = Arc::new(PoolView::new(instance.clone(), group.clone()));
     let monitor_stop = CancellationToken::new();
     if let Some(addr) = pool.monitor.listen_addr() {
-        let view = Arc::new(PoolView {
-            instance: instance.clone(),
-            group: group.clone(),
-            sources: metrics.clone(),
-        });
-        crate::monitor::serve_pool(addr, view, monitor_stop.clone())
+        crate::monitor::serve_pool(addr, view.clone(), monitor_stop.clone())
             .await
             .with_context(|| format!("cannot listen on monitor.listen = {addr}"))?;
     }
     let lock_group = LockGroup {
         group: group.clone(),
-        topics: pool
-            .sources
-            .iter()
-            .map(|s| pool.lock_topic(&s.name))
-            .collect(),
+        topics: pool.sources.iter().map(|s| s.lock_topic.clone()).collect(),
         instance: instance.clone(),
         session_timeout_ms: settings.session_timeout_ms,
     };
@@ -82,29 +70,174 @@ pub async fn run(pool: Pool, init: bool, shutdown: CancellationToken) -> Result<
         return Ok(());
     };
     info!(%instance, %group, sources = pool.sources.len(), "joined the pool: sources are led where the group assigns them");
-    let pool = Arc::new(pool);
-    let mut tasks = Vec::new();
-    for (index, (name, m)) in metrics.into_iter().enumerate() {
-        let lease = Lease::of(&lock, &pool.lock_topic(&name)).expect("joined with every topic");
-        let (pool, shutdown, instance, group) = (
-            pool.clone(),
-            shutdown.clone(),
-            instance.clone(),
-            group.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let source = &pool.sources[index];
-            lead_source(source, m, &lease, &instance, &group, &shutdown).await
-        }));
+    let mut running = Running {
+        sources: BTreeMap::new(),
+        lock,
+        view,
+        instance,
+        group,
+        shutdown: shutdown.clone(),
+    };
+    let mut loaded = pool;
+    for source in std::mem::take(&mut loaded.sources) {
+        running.start(source);
     }
-    for task in tasks {
-        let _ = task.await;
+    let mut hangup = signal(SignalKind::hangup()).context("SIGHUP")?;
+    let mut watch = tokio::time::interval(Duration::from_secs(settings.watch_secs.max(1)));
+    watch.tick().await;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = hangup.recv() => {
+                info!("SIGHUP: reading the pool's sources again");
+                running.reload(path, &loaded).await;
+            }
+            _ = watch.tick(), if settings.watch_secs > 0 => running.reload(path, &loaded).await,
+        }
     }
+    running.stop_all().await;
     // After every source has drained: whoever takes them over finds each transaction
     // committed or aborted.
-    lock.release(RELEASE_TIMEOUT).await;
+    running.lock.release(RELEASE_TIMEOUT).await;
     monitor_stop.cancel();
     Ok(())
+}
+
+/// What a source needs before it may run: a build that honours its Kafka properties;
+/// its secrets referenced, or said to be written in.
+fn prepare(source: &PoolSource) -> Result<()> {
+    for key in &source.config.inline_secrets {
+        warn!(source = %source.name, key = %key, "a secret is written into the source's file: reference it as \"${{env:VARIABLE}}\" or \"${{file:PATH}}\"");
+    }
+    crate::kafka::check_properties(&source.config.kafka)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("source {}: kafka.properties", source.name))
+}
+
+/// The sources this instance runs a task for, whether it leads them now or waits.
+struct Running {
+    sources: BTreeMap<String, SourceTask>,
+    lock: Arc<Lock>,
+    view: Arc<PoolView>,
+    instance: String,
+    group: String,
+    shutdown: CancellationToken,
+}
+
+struct SourceTask {
+    source: Arc<PoolSource>,
+    metrics: Metrics,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Starts `source`'s task (its lock topic must be subscribed); keeps the metrics of
+    /// a source restarted for a change, so its counters go on.
+    fn start(&mut self, source: PoolSource) {
+        let metrics = self
+            .view
+            .metrics_of(&source.name)
+            .unwrap_or_else(|| Metrics::for_source(&source.name));
+        self.view.insert(&source.name, metrics.clone());
+        let lease = Lease::of(&self.lock, &source.lock_topic.clone()).expect("subscribed");
+        let source = Arc::new(source);
+        let stop = self.shutdown.child_token();
+        let task = {
+            let (source, metrics, stop) = (source.clone(), metrics.clone(), stop.clone());
+            let (instance, group) = (self.instance.clone(), self.group.clone());
+            tokio::spawn(async move {
+                lead_source(&source, metrics, &lease, &instance, &group, &stop).await
+            })
+        };
+        let name = source.name.clone();
+        self.sources.insert(
+            name,
+            SourceTask {
+                source,
+                metrics,
+                stop,
+                task,
+            },
+        );
+    }
+
+    /// Stops `name`'s task: what it holds drains and commits, as at shutdown.
+    async fn stop(&mut self, name: &str) -> Option<Metrics> {
+        let task = self.sources.remove(name)?;
+        task.stop.cancel();
+        let _ = task.task.await;
+        Some(task.metrics)
+    }
+
+    async fn stop_all(&mut self) {
+        let names: Vec<String> = self.sources.keys().cloned().collect();
+        for name in names {
+            self.stop(&name).await;
+        }
+    }
+
+    /// Reads the pool again and applies what changed in its sources; a pool file that
+    /// no longer loads changes nothing (the running sources go on).
+    async fn reload(&mut self, path: &Path, started: &Pool) {
+        let pool = match Pool::load(path) {
+            Ok(pool) => pool,
+            Err(e) => {
+                error!(error = %crate::cause_chain(&e.into()), "pool reload refused; the running sources go on unchanged");
+                return;
+            }
+        };
+        if format!("{:?}", pool.settings) != format!("{:?}", started.settings) {
+            warn!("pool reload: [pool] changed; the group, lock topics and endpoint take the change at the next start");
+        }
+        let keep = |s: &PoolSource| {
+            self.sources
+                .get(&s.name)
+                .is_some_and(|t| t.source.text == s.text)
+        };
+        let (unchanged, changed): (Vec<PoolSource>, Vec<PoolSource>) =
+            pool.sources.into_iter().partition(|s| keep(s));
+        let unchanged: Vec<String> = unchanged.into_iter().map(|s| s.name).collect();
+        let to_stop: Vec<String> = self
+            .sources
+            .keys()
+            .filter(|n| !unchanged.contains(n))
+            .cloned()
+            .collect();
+        if to_stop.is_empty() && changed.is_empty() {
+            return;
+        }
+        let mut starting = Vec::new();
+        for source in changed {
+            match prepare(&source) {
+                Ok(()) => starting.push(source),
+                Err(e) => {
+                    error!(source = %source.name, error = %crate::cause_chain(&e), "pool reload: the source is not started")
+                }
+            }
+        }
+        for name in &to_stop {
+            let restarted = starting.iter().any(|s| &s.name == name);
+            info!(source = %name, restarted, "pool reload: stopping the source (draining, committing)");
+            self.stop(name).await;
+            if !restarted {
+                self.view.remove(name);
+            }
+        }
+        let mut topics: Vec<String> = unchanged
+            .iter()
+            .map(|n| self.sources[n].source.lock_topic.clone())
+            .collect();
+        topics.extend(starting.iter().map(|s| s.lock_topic.clone()));
+        if let Err(e) = self.lock.resubscribe(&started.kafka, &topics).await {
+            error!(error = %e, "pool reload: cannot subscribe to the sources' lock topics; added sources wait for the next reload");
+            return;
+        }
+        for source in starting {
+            info!(source = %source.name, "pool reload: source added");
+            self.start(source);
+        }
+    }
 }
 
 /// Joins the pool's group, retrying while Kafka cannot be reached; `None` on shutdown.
@@ -113,7 +246,7 @@ async fn join(
     spec: &LockGroup,
     shutdown: &CancellationToken,
 ) -> Result<Option<Arc<Lock>>> {
-    let kafka = &pool.sources[0].config.kafka;
+    let kafka = &pool.kafka;
     loop {
         match tokio::task::block_in_place(|| Lock::join_group(kafka, spec)) {
             Ok(lock) => return Ok(Some(Arc::new(lock))),

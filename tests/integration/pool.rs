@@ -57,7 +57,7 @@ impl Pool {
         let pid = std::process::id();
         let text = format!(
             "[pool]\nsources_dir = \"sources.d\"\nstate_dir = \"{state}\"\ngroup_id = \"it-pool-{pid}-{first}\"\n\
-             lock_topic_prefix = \"it.pool.{pid}.\"\nsession_timeout_ms = {SESSION_MS}\ninstance = \"{instance}\"\n\
+             lock_topic_prefix = \"it.pool.{pid}.\"\nsession_timeout_ms = {SESSION_MS}\ninstance = \"{instance}\"\nwatch_secs = 2\n\
              [kafka]\nbootstrap_servers = \"{bootstrap}\"\n\
              [monitor]\nlisten = \"127.0.0.1:{port}\"\ninterval_secs = 1\ndetect_hours = 0.25\nrepair_hours = 0.25\n",
             state = self.dir.path().join(format!("state-{instance}")).display(),
@@ -163,16 +163,26 @@ async fn wait_balanced(
 /// Stops the writers, waits for every event, stops the instances, and counts each
 /// source's topics: 0 lost, 0 duplicates, per-key order.
 async fn finish(pool: &Pool, writers: Vec<Writer>, instances: &mut [&mut RouterProcess]) {
+    finish_sources(pool, writers.into_iter().enumerate().collect(), instances).await
+}
+
+/// `finish` for the sources whose writers are given (by index).
+async fn finish_sources(
+    pool: &Pool,
+    writers: Vec<(usize, Writer)>,
+    instances: &mut [&mut RouterProcess],
+) {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut totals = Vec::new();
-    for w in writers {
-        totals.push(w.stop().await);
+    for (i, w) in writers {
+        totals.push((i, w.stop().await));
     }
     let logs = |instances: &[&mut RouterProcess]| {
         let logs: Vec<String> = instances.iter().map(|p| p.log()).collect();
         logs.join("\n======\n")
     };
-    for (i, total) in totals.iter().enumerate() {
+    for (i, total) in &totals {
+        let i = *i;
         let seen = wait_for_count(&pool.topics(i), *total as i64, Duration::from_secs(120));
         assert!(
             seen >= *total as i64,
@@ -185,7 +195,8 @@ async fn finish(pool: &Pool, writers: Vec<Writer>, instances: &mut [&mut RouterP
         let status = p.stop(Duration::from_secs(60));
         assert!(status.success(), "{status}:\n{}", p.log());
     }
-    for (i, total) in totals.iter().enumerate() {
+    for (i, total) in &totals {
+        let i = *i;
         let duplicates = check_stream(&pool.topics(i), *total);
         println!(
             "pool source {}: events={total} lost=0 duplicates={duplicates}",
@@ -348,4 +359,85 @@ async fn a_failing_source_stops_only_itself() {
         took.as_millis()
     );
     finish(&pool, writers, &mut [&mut a]).await;
+}
+
+/// Sources added and removed while the pool runs: a source file put in the directory
+/// joins after its first start is recorded (`checkpoint init --source`) and SIGHUP; a
+/// file taken away leaves at the next read of the directory (`watch_secs`), drained
+/// first — every event of it written before counted, nothing twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn sources_are_added_and_removed_without_a_restart() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let pool = Pool::new("poolhup", 3).await;
+    let file = |i: usize| {
+        pool.dir
+            .path()
+            .join(format!("sources.d/{}.toml", pool.names[i]))
+    };
+    let aside = |i: usize| pool.dir.path().join(format!("{}.toml", pool.names[i]));
+    std::fs::rename(file(2), aside(2)).unwrap();
+    let (pa, pb) = (monitor_port(), monitor_port());
+    let mut a = pool.start("a", pa, &["--init"]);
+    let mut b = pool.start("b", pb, &[]);
+    wait_balanced(&[pa, pb], 2, Duration::from_secs(90), &[&a, &b]).await;
+    let mut writers: Vec<(usize, Writer)> = (0..3)
+        .map(|i| (i, Writer::start(&pool.sources[i].db)))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    std::fs::rename(aside(2), file(2)).unwrap();
+    let init = std::process::Command::new(router_bin())
+        .arg("--config")
+        .arg(pool.file("a", pa))
+        .args(["--source", &pool.names[2], "checkpoint", "init"])
+        .env("IT_CDC_PASSWORD", "cdc-secret")
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{init:?}");
+    let added = Instant::now();
+    a.signal_hup();
+    b.signal_hup();
+    let (took, each) = wait_balanced(&[pa, pb], 3, Duration::from_secs(90), &[&a, &b]).await;
+    println!(
+        "pool: a source added (SIGHUP), streaming and balanced {} ms later: {each:?}",
+        took.as_millis()
+    );
+    assert!(added.elapsed() < Duration::from_secs(30));
+
+    // Removed: its writer stops, and the file goes; no signal, the watch sees it.
+    let (_, w0) = writers.remove(0);
+    let total0 = w0.stop().await;
+    let seen = wait_for_count(&pool.topics(0), total0 as i64, Duration::from_secs(120));
+    assert!(seen >= total0 as i64, "source 0: {seen} of {total0}");
+    std::fs::rename(file(0), aside(0)).unwrap();
+    let removed = Instant::now();
+    let (took, each) = loop {
+        let (took, each) = wait_balanced(&[pa, pb], 2, Duration::from_secs(90), &[&a, &b]).await;
+        let metrics = [
+            http_get(pa, "/metrics").await.1,
+            http_get(pb, "/metrics").await.1,
+        ];
+        let shown = metrics
+            .iter()
+            .any(|m| m.contains(&format!("source=\"{}\"", pool.names[0])));
+        if !shown {
+            break (took, each);
+        }
+        assert!(
+            removed.elapsed() < Duration::from_secs(60),
+            "source 0 still shown"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    println!(
+        "pool: a source removed (watched directory), gone {} ms later; the rest: {each:?} ({} ms)",
+        removed.elapsed().as_millis(),
+        took.as_millis()
+    );
+    let duplicates = check_stream(&pool.topics(0), total0);
+    assert_eq!(
+        duplicates, 0,
+        "the removed source: read_committed duplicates"
+    );
+    finish_sources(&pool, writers, &mut [&mut a, &mut b]).await;
 }

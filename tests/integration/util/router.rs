@@ -271,6 +271,11 @@ impl RouterProcess {
         self.signal("-TERM");
     }
 
+    /// SIGHUP: a pool reads its sources again.
+    pub fn signal_hup(&self) {
+        self.signal("-HUP");
+    }
+
     /// SIGTERM, then wait for exit.
     pub fn stop(&mut self, timeout: Duration) -> ExitStatus {
         self.signal("-TERM");
