@@ -385,4 +385,34 @@ transactional_id = "TXID"
             assert!(err.contains(expected), "{expected}: {err}");
         }
     }
+
+    /// `config/pool/` loads as shipped, and docs/many-databases.md lists exactly the
+    /// keys `[pool]` accepts (serde names them when refusing an unknown one).
+    #[test]
+    fn the_example_pool_loads_and_the_docs_list_every_pool_key() {
+        std::env::set_var("ORDERS_DB_PASSWORD", "x");
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let pool = Pool::load(&root.join("config/pool/pool.toml")).unwrap();
+        let names: Vec<&str> = pool.sources.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["billing", "orders"]);
+        assert!(pool.sources.iter().all(|s| s.config.inline_secrets.is_empty()));
+        let err = toml::from_str::<PoolConfig>("no_such_key = 1")
+            .unwrap_err()
+            .to_string();
+        let accepted: std::collections::BTreeSet<String> = err
+            .split("expected one of ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{err}"))
+            .split(',')
+            .map(|k| k.trim().trim_matches('`').to_string())
+            .collect();
+        let docs = std::fs::read_to_string(root.join("docs/many-databases.md")).unwrap();
+        let table = docs.split("### `[pool]`").nth(1).unwrap().split("\n## ").next().unwrap();
+        let documented: std::collections::BTreeSet<String> = table
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
+            .map(str::to_string)
+            .collect();
+        assert_eq!(documented, accepted);
+    }
 }
