@@ -395,7 +395,10 @@ transactional_id = "TXID"
         let pool = Pool::load(&root.join("config/pool/pool.toml")).unwrap();
         let names: Vec<&str> = pool.sources.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["billing", "orders"]);
-        assert!(pool.sources.iter().all(|s| s.config.inline_secrets.is_empty()));
+        assert!(pool
+            .sources
+            .iter()
+            .all(|s| s.config.inline_secrets.is_empty()));
         let err = toml::from_str::<PoolConfig>("no_such_key = 1")
             .unwrap_err()
             .to_string();
@@ -407,7 +410,13 @@ transactional_id = "TXID"
             .map(|k| k.trim().trim_matches('`').to_string())
             .collect();
         let docs = std::fs::read_to_string(root.join("docs/many-databases.md")).unwrap();
-        let table = docs.split("### `[pool]`").nth(1).unwrap().split("\n## ").next().unwrap();
+        let table = docs
+            .split("### `[pool]`")
+            .nth(1)
+            .unwrap()
+            .split("\n## ")
+            .next()
+            .unwrap();
         let documented: std::collections::BTreeSet<String> = table
             .lines()
             .filter_map(|l| l.strip_prefix("| `")?.split('`').next())

@@ -21,8 +21,13 @@ const MORE: usize = 2_000;
 
 /// Writes events `from..to` in transactions of mixed sizes (1 to 100 rows).
 pub(crate) async fn write_mixed(db: &str, from: usize, to: usize, keys: usize) {
+    write_mixed_at(mariadb_port(), db, from, to, keys).await
+}
+
+/// `write_mixed` on the server at `port`.
+pub(crate) async fn write_mixed_at(port: u16, db: &str, from: usize, to: usize, keys: usize) {
     const SIZES: [usize; 6] = [1, 5, 20, 50, 3, 100];
-    let mut conn = app_conn().await;
+    let mut conn = app_conn_at(port).await;
     let (mut seq, mut i) = (from, 0);
     let total = to;
     while seq < total {

@@ -9,6 +9,11 @@ use std::time::{Duration, Instant};
 use crate::standby::Writer;
 use crate::util::*;
 
+/// The second MariaDB server's port (`scripts/services up rds`).
+fn rds_port() -> u16 {
+    mariadb_port() + 2
+}
+
 /// The group's session timeout: the broker's minimum (group.min.session.timeout.ms).
 const SESSION_MS: u64 = 6000;
 
@@ -25,9 +30,20 @@ impl Pool {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("sources.d")).unwrap();
         let (mut sources, mut names) = (Vec::new(), Vec::new());
+        // Every other source on a second, independent MariaDB server.
+        services("up", "rds");
         for i in 0..n {
             let source = format!("{name}{i}");
-            let (_conn, mut setup) = fresh(&source).await;
+            let port = if i % 2 == 1 {
+                rds_port()
+            } else {
+                mariadb_port()
+            };
+            let (db, server_id) = unique(&source);
+            let mut conn = app_conn_at(port).await;
+            outbox_db(&mut conn, &db).await;
+            let mut setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+            setup.source_port = port;
             setup.flush_interval_ms = 20;
             setup.extra_toml = format!("[delivery]\n{}\n", exactly_once_delivery(&source, true));
             // The pool file's sections, and each instance's own store under its state_dir.
@@ -87,6 +103,10 @@ impl Pool {
             .spawn()
             .unwrap();
         RouterProcess::adopt(child, log)
+    }
+
+    fn writer(&self, i: usize) -> Writer {
+        Writer::start_at(self.sources[i].source_port, &self.sources[i].db)
     }
 
     fn topics(&self, i: usize) -> Vec<String> {
@@ -226,7 +246,7 @@ async fn two_balanced(
         "pool: one instance streams all {n} sources {} ms after launch",
         took.as_millis()
     );
-    let writers: Vec<Writer> = pool.sources.iter().map(|s| Writer::start(&s.db)).collect();
+    let writers: Vec<Writer> = (0..pool.sources.len()).map(|i| pool.writer(i)).collect();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let b = pool.start("b", pb, &[]);
     let (took, each) = wait_balanced(&[pa, pb], n, Duration::from_secs(90), &[&a, &b]).await;
@@ -238,15 +258,16 @@ async fn two_balanced(
     (a, b, writers)
 }
 
-/// Four sources on two instances: the first leads all four, the second joining takes
-/// two; the first killed -9, the second leads all four; the first back, two each. Every
-/// source's events counted at the end: 0 lost, 0 duplicates.
+/// Six sources on two MariaDB servers and three instances: the first leads all six;
+/// a second and a third joining take their shares; the first killed -9, then back; the
+/// third leaving (SIGTERM) hands its sources over drained. Balanced within one source
+/// after each change; every source's events counted at the end: 0 lost, 0 duplicates.
 #[tokio::test(flavor = "multi_thread")]
 async fn sources_are_balanced_and_moved_without_loss_or_duplicates() {
     let _settings = SERVER_SETTINGS.read().await;
-    const SOURCES: usize = 4;
+    const SOURCES: usize = 6;
     let pool = Pool::new("pool", SOURCES).await;
-    let (pa, pb) = (monitor_port(), monitor_port());
+    let (pa, pb, pc) = (monitor_port(), monitor_port(), monitor_port());
     let (mut a, mut b, writers) = two_balanced(&pool, pa, pb).await;
 
     // `status --source` with the pool file: the source's own status.
@@ -261,20 +282,56 @@ async fn sources_are_balanced_and_moved_without_loss_or_duplicates() {
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
     assert!(st["checkpoint"].is_string(), "{st}");
 
+    let mut c = pool.start("c", pc, &[]);
+    let (took, each) = wait_balanced(
+        &[pa, pb, pc],
+        SOURCES,
+        Duration::from_secs(90),
+        &[&a, &b, &c],
+    )
+    .await;
+    println!(
+        "pool: a third instance joined, balanced in {} ms: {each:?}",
+        took.as_millis()
+    );
+
     tokio::time::sleep(Duration::from_secs(2)).await;
     a.kill9();
-    let (took, each) = wait_balanced(&[pb], SOURCES, Duration::from_secs(90), &[&b]).await;
+    let (took, each) = wait_balanced(&[pb, pc], SOURCES, Duration::from_secs(90), &[&b, &c]).await;
     println!(
-        "pool: kill -9 of an instance; the other streams all {SOURCES} sources {} ms later (session timeout {SESSION_MS} ms): {each:?}",
+        "pool: kill -9 of an instance; the other two stream all {SOURCES} sources {} ms later (session timeout {SESSION_MS} ms): {each:?}",
         took.as_millis()
     );
 
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut a = pool.start("a", pa, &[]);
-    let (took, each) = wait_balanced(&[pa, pb], SOURCES, Duration::from_secs(90), &[&a, &b]).await;
+    let (took, each) = wait_balanced(
+        &[pa, pb, pc],
+        SOURCES,
+        Duration::from_secs(90),
+        &[&a, &b, &c],
+    )
+    .await;
     println!(
         "pool: the killed instance back, balanced in {} ms: {each:?}",
         took.as_millis()
+    );
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let left = Instant::now();
+    c.signal_term();
+    let (took, each) = wait_balanced(&[pa, pb], SOURCES, Duration::from_secs(90), &[&a, &b]).await;
+    println!(
+        "pool: an instance left (SIGTERM), its sources streaming elsewhere {} ms later: {each:?}",
+        took.as_millis()
+    );
+    let status = c
+        .wait(Duration::from_secs(60))
+        .expect("the leaving instance stops");
+    assert!(status.success(), "{status}:\n{}", c.log());
+    println!(
+        "pool: the leaving instance exited {} ms after SIGTERM",
+        left.elapsed().as_millis()
     );
     finish(&pool, writers, &mut [&mut a, &mut b]).await;
 }
@@ -328,7 +385,7 @@ async fn a_failing_source_stops_only_itself() {
         &format!("${{file:{}}}", secret.display()),
     );
     std::fs::write(&broken, text).unwrap();
-    let writers: Vec<Writer> = pool.sources.iter().map(|s| Writer::start(&s.db)).collect();
+    let writers: Vec<Writer> = (0..pool.sources.len()).map(|i| pool.writer(i)).collect();
     let pa = monitor_port();
     // The first start is recorded on Kafka: --init needs no database.
     let mut a = pool.start("a", pa, &["--init"]);
@@ -380,9 +437,7 @@ async fn sources_are_added_and_removed_without_a_restart() {
     let mut a = pool.start("a", pa, &["--init"]);
     let mut b = pool.start("b", pb, &[]);
     wait_balanced(&[pa, pb], 2, Duration::from_secs(90), &[&a, &b]).await;
-    let mut writers: Vec<(usize, Writer)> = (0..3)
-        .map(|i| (i, Writer::start(&pool.sources[i].db)))
-        .collect();
+    let mut writers: Vec<(usize, Writer)> = (0..3).map(|i| (i, pool.writer(i))).collect();
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     std::fs::rename(aside(2), file(2)).unwrap();

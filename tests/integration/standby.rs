@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::crash::write_mixed;
+use crate::crash::write_mixed_at;
 use crate::util::*;
 
 /// The lock group's session timeout: the broker's minimum (group.min.session.timeout.ms).
@@ -54,12 +54,17 @@ pub(crate) struct Writer {
 
 impl Writer {
     pub(crate) fn start(db: &str) -> Self {
+        Self::start_at(mariadb_port(), db)
+    }
+
+    /// `start` on the server at `port`.
+    pub(crate) fn start_at(port: u16, db: &str) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let (db, flag) = (db.to_string(), stop.clone());
         let task = tokio::spawn(async move {
             let mut written = 0;
             while !flag.load(Ordering::Relaxed) {
-                write_mixed(&db, written, written + 300, 40).await;
+                write_mixed_at(port, &db, written, written + 300, 40).await;
                 written += 300;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
