@@ -25,10 +25,14 @@ import tomllib
 import yaml
 
 HELM, CHART, VALIDATOR = sys.argv[1], sys.argv[2], sys.argv[3]
+POOL_SOURCE = {"source": {"user": "cdc", "server_id": 61}, "outbox": {"tables": ["orders.outbox"]}}
+POOL = {"mode": "pool", "config": {"source": None, "outbox": None},
+        "pool": {"sources": {"orders": POOL_SOURCE}}}
 SHAPES = [
     {"mode": "single"},
     {"mode": "single", "exactlyOnce": True},
     {"mode": "standby", "serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
+    POOL,
 ]
 # The keys the chart sets, and in which shapes (ALO: at-least-once single).
 OWNED = {
@@ -39,7 +43,7 @@ OWNED = {
     ("delivery", "transactional_id"): {"EOS", "standby"},
     ("ha", "enabled"): {"standby"},
 }
-SHAPE_NAMES = ["ALO", "EOS", "standby"]
+SHAPE_NAMES = ["ALO", "EOS", "standby", "pool"]
 problems = []
 
 
@@ -61,11 +65,11 @@ def render(values, check=True):
     return out
 
 
-def rendered_toml(values):
+def rendered_toml(values, key="outbox-router.toml"):
     for doc in yaml.safe_load_all(render(values).stdout):
-        if doc and doc.get("kind") == "ConfigMap":
-            return tomllib.loads(doc["data"]["outbox-router.toml"])
-    sys.exit("no ConfigMap rendered")
+        if doc and doc.get("kind") == "ConfigMap" and key in doc["data"]:
+            return tomllib.loads(doc["data"][key])
+    sys.exit(f"no ConfigMap with {key} rendered")
 
 
 defaults = yaml.safe_load(open(f"{CHART}/values.yaml"))
@@ -73,7 +77,7 @@ defaults = yaml.safe_load(open(f"{CHART}/values.yaml"))
 # 1. Every values key renders into something.
 def leaves(tree, path=()):
     for k, v in tree.items():
-        if k == "config":
+        if k == "config" or path + (k,) == ("pool", "sources"):
             continue  # free-form: checked key by key below
         if isinstance(v, dict):
             yield from leaves(v, path + (k,))
@@ -140,7 +144,36 @@ for path, key in keys:
         else:
             at = at.setdefault(part, {})
     at.setdefault(key, f"set-{'.'.join(path + (key,))}")
-for shape, name in zip(SHAPES, SHAPE_NAMES):
+# A pool: the shared sections through values.config into the pool file, every other
+# section through pool.sources.NAME into the source's file; the chart's keys refused.
+POOL_SHARED = {"kafka", "monitor"}
+POOL_OWNED = {("checkpoint", "dir"), ("checkpoint", "name"), ("monitor", "listen"),
+              ("delivery", "mode"), ("delivery", "transactional_id")}
+shared = {k: v for k, v in values_config.items() if k in POOL_SHARED}
+own = {k: v for k, v in values_config.items() if k not in POOL_SHARED and k != "ha"}
+pool_values = merge(copy.deepcopy(POOL), {"config": shared, "pool": {"sources": {"orders": own}}})
+files = {"pool": rendered_toml(pool_values), "source": rendered_toml(pool_values, "orders.toml")}
+for path, key in keys:
+    if path[:1] == ("ha",):
+        continue  # a pool's group replaces [ha]: refused below
+    if path + (key,) in POOL_OWNED:
+        continue
+    at = files["pool" if path[0] in POOL_SHARED else "source"] if path else files["source"]
+    for part in path:
+        at = at.get(part, {})
+        if isinstance(at, list):
+            at = at[0]
+    if at.get(key) != f"set-{'.'.join(path + (key,))}":
+        problems.append(f"pool: config key {'.'.join(path + (key,))} set through values is not rendered")
+if files["source"]["delivery"] != {"mode": "exactly-once", "transactional_id": "router-outbox-router-orders", **{k: v for k, v in own.get("delivery", {}).items()}}:
+    problems.append(f"pool: the source's delivery is not the chart's exactly-once: {files['source']['delivery']}")
+for section, key in sorted(POOL_OWNED) + [("ha", "enabled")]:
+    where = {"config": {section: {key: "x"}}} if section in POOL_SHARED else {"pool": {"sources": {"orders": {section: {key: "x"}}}}}
+    out = render(merge(copy.deepcopy(POOL), where), check=False)
+    if out.returncode == 0:
+        problems.append(f"pool: {section}.{key} set through values is not refused (the chart sets it)")
+
+for shape, name in zip(SHAPES[:3], SHAPE_NAMES[:3]):
     toml = rendered_toml(merge(copy.deepcopy(shape), {"config": values_config}))
     for path, key in keys:
         at = toml

@@ -15,17 +15,73 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{- define "outbox-router.replicas" -}}
-{{- if eq .Values.mode "standby" }}2{{ else }}1{{ end -}}
+{{- if eq .Values.mode "standby" }}2{{ else if eq .Values.mode "pool" }}{{ int .Values.pool.replicas }}{{ else }}1{{ end -}}
 {{- end -}}
 
 {{- define "outbox-router.exactlyOnce" -}}
-{{- if or (eq .Values.mode "standby") .Values.exactlyOnce }}true{{ end -}}
+{{- if or (eq .Values.mode "standby") (eq .Values.mode "pool") .Values.exactlyOnce }}true{{ end -}}
+{{- end -}}
+
+{{/*
+mode=pool: the pool file (docs/many-databases.md): [pool] with the chart's paths, and
+values.config's shared kafka and monitor sections.
+*/}}
+{{- define "outbox-router.poolConfig" -}}
+{{- $config := deepCopy (.Values.config | default dict) -}}
+{{- range $section, $_ := $config -}}
+{{- if not (has $section (list "kafka" "monitor")) -}}
+{{- fail (printf "config.%s: with mode=pool, config holds the sections every source shares (kafka, monitor); a source's own go under pool.sources.NAME (set config.%s to null to drop the default example)" $section $section) -}}
+{{- end -}}
+{{- end -}}
+{{- if hasKey (get $config "monitor" | default dict) "listen" -}}
+{{- fail "config.monitor.listen is set by the chart: remove it from config (see values.yaml)" -}}
+{{- end -}}
+{{- range $owned := list "sources_dir" "state_dir" -}}
+{{- if hasKey ($.Values.pool.settings | default dict) $owned -}}
+{{- fail (printf "pool.settings.%s is set by the chart: remove it" $owned) -}}
+{{- end -}}
+{{- end -}}
+{{- if not .Values.pool.sources -}}
+{{- fail "mode=pool needs at least one source under pool.sources" -}}
+{{- end -}}
+{{- $name := include "outbox-router.fullname" . -}}
+{{- $pool := merge (dict "sources_dir" "/etc/outbox-router-sources" "state_dir" "/var/lib/outbox-router" "group_id" $name "lock_topic_prefix" (printf "%s.pool." $name)) (deepCopy (.Values.pool.settings | default dict)) -}}
+{{- $_ := set $config "pool" $pool -}}
+{{- $_ := set $config "monitor" (merge (dict "listen" (printf "0.0.0.0:%d" (int .Values.monitorPort))) (get $config "monitor" | default dict)) -}}
+{{- toJson $config -}}
+{{- end -}}
+
+{{/*
+mode=pool: one source's file, from (list $ NAME VALUES): its own sections, exactly-once
+under the transactional id <fullname>-<NAME>.
+*/}}
+{{- define "outbox-router.sourceConfig" -}}
+{{- $root := index . 0 -}}
+{{- $source := index . 1 -}}
+{{- $config := deepCopy (index . 2 | default dict) -}}
+{{- range $section := list "kafka" "monitor" "ha" "pool" -}}
+{{- if hasKey $config $section -}}
+{{- fail (printf "pool.sources.%s.%s: a pool's sources share config.kafka and config.monitor, and the pool decides who leads them; remove it" $source $section) -}}
+{{- end -}}
+{{- end -}}
+{{- range $owned := list "checkpoint.dir" "checkpoint.name" "delivery.mode" "delivery.transactional_id" -}}
+{{- $path := splitList "." $owned -}}
+{{- if hasKey (get $config (first $path) | default dict) (last $path) -}}
+{{- fail (printf "pool.sources.%s.%s is set by the chart: remove it" $source $owned) -}}
+{{- end -}}
+{{- end -}}
+{{- $id := printf "%s-%s" (include "outbox-router.fullname" $root) $source -}}
+{{- $_ := set $config "delivery" (merge (dict "mode" "exactly-once" "transactional_id" $id) (get $config "delivery" | default dict)) -}}
+{{- toJson $config -}}
 {{- end -}}
 
 {{/*
 The router's configuration: values.config with the keys the chart owns, as a map.
 */}}
 {{- define "outbox-router.config" -}}
+{{- if eq .Values.mode "pool" -}}
+{{- include "outbox-router.poolConfig" . -}}
+{{- else -}}
 {{- $config := deepCopy (.Values.config | default dict) -}}
 {{- range $owned := list "checkpoint.dir" "checkpoint.name" "monitor.listen" "delivery.mode" "delivery.transactional_id" "ha.enabled" -}}
 {{- $path := splitList "." $owned -}}
@@ -47,6 +103,7 @@ The router's configuration: values.config with the keys the chart owns, as a map
 {{- $_ := set $config "checkpoint" (merge $checkpoint (get $config "checkpoint" | default dict)) -}}
 {{- $_ := set $config "monitor" (merge $monitor (get $config "monitor" | default dict)) -}}
 {{- toJson $config -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
