@@ -71,6 +71,7 @@ pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result
     };
     info!(%instance, %group, sources = pool.sources.len(), "joined the pool: sources are led where the group assigns them");
     let mut running = Running {
+        init,
         sources: BTreeMap::new(),
         lock,
         view,
@@ -116,6 +117,8 @@ fn prepare(source: &PoolSource) -> Result<()> {
 
 /// The sources this instance runs a task for, whether it leads them now or waits.
 struct Running {
+    /// `run --init`: sources added later get their first start recorded too.
+    init: bool,
     sources: BTreeMap<String, SourceTask>,
     lock: Arc<Lock>,
     view: Arc<PoolView>,
@@ -234,7 +237,14 @@ impl Running {
             return;
         }
         for source in starting {
-            info!(source = %source.name, "pool reload: source added");
+            let new = !to_stop.contains(&source.name);
+            if new && self.init {
+                match pipeline::init(&source.config).await {
+                    Ok(init) => info!(source = %source.name, recorded = ?init.recorded, "--init: the added source's first start"),
+                    Err(e) => error!(source = %source.name, error = %crate::cause_chain(&e.into()), "--init: the added source's first start was not recorded; its start says why"),
+                }
+            }
+            info!(source = %source.name, new, "pool reload: source started");
             self.start(source);
         }
     }
