@@ -25,7 +25,7 @@ pub(super) async fn run(config: &Config, args: PruneArgs) -> Result<ExitCode> {
         dry_run: args.dry_run,
     };
     let stop = CancellationToken::new();
-    tokio::spawn(super::run::cancel_on_signal(stop.clone()));
+    super::run::cancel_on_signal(stop.clone());
     let sections = PruneSections {
         source: &config.source,
         outbox: &config.outbox,

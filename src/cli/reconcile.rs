@@ -42,7 +42,7 @@ pub(super) async fn run(path: &Path, config: Config, args: ReconcileArgs) -> Res
     }
     if args.republish_missing && !report.missing_ids.is_empty() {
         let stop = CancellationToken::new();
-        tokio::spawn(super::run::cancel_on_signal(stop.clone()));
+        super::run::cancel_on_signal(stop.clone());
         // One replay per chunk: each id list fits one statement.
         for ids in report.missing_ids.chunks(5_000) {
             let opts = ReplayOptions {

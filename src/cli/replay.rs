@@ -40,7 +40,7 @@ pub(super) async fn run(config: &Config, args: ReplayArgs) -> Result<ExitCode> {
         dry_run: args.dry_run,
     };
     let stop = CancellationToken::new();
-    tokio::spawn(super::run::cancel_on_signal(stop.clone()));
+    super::run::cancel_on_signal(stop.clone());
     let dry_run = opts.dry_run;
     let report = replay(config, &opts, &stop, |r| {
         if dry_run {

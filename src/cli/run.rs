@@ -14,6 +14,9 @@ use crate::pipeline::{self, FirstStart, SinkKind};
 
 /// Streams until SIGINT/SIGTERM; `init` creates a missing checkpoint store first.
 pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<ExitCode> {
+    // First: a stop asked during the start (an orchestrator's, a test's) is a stop.
+    let shutdown = CancellationToken::new();
+    cancel_on_signal(shutdown.clone());
     for key in &config.inline_secrets {
         warn!(key = %key, "a secret is written into the config file: reference it as \"${{env:VARIABLE}}\" or \"${{file:PATH}}\"");
     }
@@ -37,8 +40,6 @@ pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<Ex
             warn!(dir = %dir.display(), error = %e, "cannot hold the store's run lock: `status` calls this router stopped unless its endpoint answers")
         }
     }
-    let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
     let sink = match sink {
         SinkArg::Kafka => SinkKind::Kafka,
         SinkArg::Stdout => SinkKind::Stdout,
@@ -80,17 +81,24 @@ async fn first_start(config: &Config) -> Result<()> {
     Ok(())
 }
 
-/// Cancels `shutdown` at the first SIGINT or SIGTERM.
-pub(super) async fn cancel_on_signal(shutdown: CancellationToken) {
+/// Cancels `shutdown` at the first SIGINT or SIGTERM. The handlers are in place when
+/// this returns (a signal from then on stops cleanly, never by the default action);
+/// the wait runs on its own task.
+pub(super) fn cancel_on_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         return;
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => info!("SIGINT: finishing what is in flight, then stopping"),
-        _ = term.recv() => info!("SIGTERM: finishing what is in flight, then stopping"),
-    }
-    shutdown.cancel();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = int.recv() => info!("SIGINT: finishing what is in flight, then stopping"),
+            _ = term.recv() => info!("SIGTERM: finishing what is in flight, then stopping"),
+        }
+        shutdown.cancel();
+    });
 }
 
 /// `run` with a pool file: this instance's part of the pool until a signal.
@@ -101,14 +109,14 @@ pub(super) async fn pool(
     init: bool,
     shadow: bool,
 ) -> Result<ExitCode> {
+    let shutdown = CancellationToken::new();
+    cancel_on_signal(shutdown.clone());
     if let Some(name) = source {
         anyhow::bail!("run --source {name}: a pool's sources run in the pool, led where its group assigns them; run without --source (operator commands take --source)");
     }
     if shadow || !matches!(sink, SinkArg::Kafka) {
         anyhow::bail!("a pool runs with the Kafka sink and without --shadow: run one source's file on its own for a dry run or a shadow");
     }
-    let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
     crate::pool::run(path, init, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }

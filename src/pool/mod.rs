@@ -240,8 +240,12 @@ impl Running {
             let new = !to_stop.contains(&source.name);
             if new && self.init {
                 match pipeline::init(&source.config).await {
-                    Ok(init) => info!(source = %source.name, recorded = ?init.recorded, "--init: the added source's first start"),
-                    Err(e) => error!(source = %source.name, error = %crate::cause_chain(&e.into()), "--init: the added source's first start was not recorded; its start says why"),
+                    Ok(init) => {
+                        info!(source = %source.name, recorded = ?init.recorded, "--init: the added source's first start")
+                    }
+                    Err(e) => {
+                        error!(source = %source.name, error = %crate::cause_chain(&e.into()), "--init: the added source's first start was not recorded; its start says why")
+                    }
                 }
             }
             info!(source = %source.name, new, "pool reload: source started");

@@ -206,6 +206,10 @@ async fn stops_while_kafka_does_not_answer_end_cleanly() {
         let written = if failpoints.is_empty() { 200 } else { 2000 };
         let writer = tokio::spawn(write_stream(db.clone(), batches, written, 20, 20));
         let mut router = setup.start_router_env(&[("FAILPOINTS", failpoints)]);
+        // This run streams before anything is frozen or stopped: the count below can be
+        // met by earlier rounds' aborted records alone (a read_uncommitted count), and a
+        // SIGTERM before the process is up tests nothing of a stop.
+        wait_http_ok(setup.monitor_port, "/ready", Duration::from_secs(60)).await;
         kafka.wait_for_count(
             &topics,
             (batches * 20 + 1000) as i64,

@@ -143,6 +143,41 @@ async fn streaming_sources(port: u16) -> Option<Vec<String>> {
     )
 }
 
+/// Each source's last takeover (lock assigned → binlog stream connected), in ms, from
+/// the instance on `ports` that leads it.
+async fn takeover_ms(ports: &[u16]) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for port in ports {
+        let led = streaming_sources(*port).await.unwrap_or_default();
+        let body = try_http_get(*port, "/metrics")
+            .await
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        for line in body
+            .lines()
+            .filter(|l| l.starts_with("outbox_router_takeover_seconds{"))
+        {
+            let Some(source) = line
+                .split("source=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+            else {
+                continue;
+            };
+            let secs: f64 = line
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            if led.iter().any(|s| s == source) {
+                out.push((source.to_string(), (secs * 1000.0) as u64));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// Waits until the instances on `ports` stream every source between them, each source
 /// on exactly one, no instance more than one source above another; returns how long
 /// it took and who streams what.
@@ -301,6 +336,10 @@ async fn sources_are_balanced_and_moved_without_loss_or_duplicates() {
     println!(
         "pool: kill -9 of an instance; the other two stream all {SOURCES} sources {} ms later (session timeout {SESSION_MS} ms): {each:?}",
         took.as_millis()
+    );
+    println!(
+        "pool: takeover per source (lock assigned → streaming), ms: {:?}",
+        takeover_ms(&[pb, pc]).await
     );
 
     tokio::time::sleep(Duration::from_secs(2)).await;
