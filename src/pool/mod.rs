@@ -37,7 +37,7 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// every `pool.watch_secs`, reads the sources directory again: added sources join,
 /// removed ones stop (drained and committed) and leave, changed ones restart.
 pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result<()> {
-    let pool = Pool::load(path)?;
+    let mut pool = Pool::load(path)?;
     let settings = pool.settings.clone();
     let instance = settings.instance_name();
     let group = settings.group_id.clone();
@@ -45,12 +45,7 @@ pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result
         prepare(source)?;
     }
     if init {
-        for source in &pool.sources {
-            let init = pipeline::init(&source.config)
-                .await
-                .with_context(|| format!("source {}: --init", source.name))?;
-            info!(source = %source.name, recorded = ?init.recorded, "--init: the source's first start");
-        }
+        pool.sources = init_all(std::mem::take(&mut pool.sources)).await?;
     }
     let view = Arc::new(PoolView::new(instance.clone(), group.clone()));
     let monitor_stop = CancellationToken::new();
@@ -102,6 +97,35 @@ pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result
     running.lock.release(RELEASE_TIMEOUT).await;
     monitor_stop.cancel();
     Ok(())
+}
+
+/// How many sources' first starts `--init` records at once: each is a connection to
+/// its server and a transaction on the checkpoint topic, about a second apiece.
+const INIT_CONCURRENCY: usize = 8;
+
+/// `run --init` for every source, `INIT_CONCURRENCY` at a time, before the instance
+/// joins the group (so no source's start races its own first-start record); the first
+/// failure stops the start, naming its source.
+async fn init_all(sources: Vec<PoolSource>) -> Result<Vec<PoolSource>> {
+    let limit = Arc::new(tokio::sync::Semaphore::new(INIT_CONCURRENCY));
+    let mut inits = tokio::task::JoinSet::new();
+    for (index, source) in sources.into_iter().enumerate() {
+        let limit = limit.clone();
+        inits.spawn(async move {
+            let _permit = limit.acquire_owned().await;
+            let init = pipeline::init(&source.config)
+                .await
+                .with_context(|| format!("source {}: --init", source.name))?;
+            info!(source = %source.name, recorded = ?init.recorded, "--init: the source's first start");
+            anyhow::Ok((index, source))
+        });
+    }
+    let mut done = Vec::new();
+    while let Some(init) = inits.join_next().await {
+        done.push(init.context("--init: a source's task")??);
+    }
+    done.sort_by_key(|(index, _)| *index);
+    Ok(done.into_iter().map(|(_, source)| source).collect())
 }
 
 /// What a source needs before it may run: a build that honours its Kafka properties;

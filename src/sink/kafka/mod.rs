@@ -4,6 +4,7 @@
 
 mod checkpoint_topic;
 mod delivery;
+mod polled;
 mod producer;
 mod transactions;
 

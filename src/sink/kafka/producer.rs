@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, Producer};
 
 use super::delivery::{AckContext, BatchAcks, FailureReason};
+use super::polled::PolledProducer;
 use super::transactions::{
     is_fenced, transaction_error, Transactional, TRANSACTION_TIMEOUT, TRANSACTION_TIMEOUT_RAISED_MS,
 };
@@ -24,7 +24,7 @@ use crate::sink::{Delivery, DeliveryConfig, Sink, SinkError, Transactions};
 
 /// Produces records to Kafka.
 pub struct KafkaSink {
-    pub(super) producer: ThreadedProducer<AckContext>,
+    pub(super) producer: PolledProducer<AckContext>,
     /// Creates (or looks up) each topic before its first record.
     topics: TopicCreator,
     /// Exactly-once mode: where each transaction's commit marker goes.
@@ -55,8 +55,8 @@ impl KafkaSink {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(60_000),
         );
-        let producer = ThreadedProducer::from_config_and_context(&client, context)
-            .map_err(SinkError::Create)?;
+        let producer =
+            PolledProducer::from_config_and_context(&client, context).map_err(SinkError::Create)?;
         let topics = TopicCreator::new(cfg)?;
         let transactional = if delivery.exactly_once() {
             // The checkpoint topic's check and `init_transactions` are independent round

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 use super::delivery::{AckContext, BatchAcks, Failure, FailureReason};
 use crate::sink::SinkError;
@@ -38,7 +38,7 @@ impl Transactional {
     /// brokers' default maximum), so the pipeline's restart gets through.
     pub(super) fn outlived_transaction_timeout(
         &self,
-        producer: &ThreadedProducer<AckContext>,
+        producer: &BaseProducer<AckContext>,
         error: SinkError,
         open_for: Duration,
     ) -> SinkError {
@@ -67,7 +67,7 @@ impl Transactional {
     }
 
     /// Opens a Kafka transaction (exactly-once mode).
-    pub(super) fn begin(&self, producer: &ThreadedProducer<AckContext>) -> Result<(), SinkError> {
+    pub(super) fn begin(&self, producer: &BaseProducer<AckContext>) -> Result<(), SinkError> {
         producer
             .begin_transaction()
             .map_err(|error| transaction_error("begin", &self.key, error))
@@ -79,7 +79,7 @@ impl Transactional {
     /// `within` (a stop's remaining time), and never later than librdkafka's own limit.
     pub(super) async fn commit(
         &self,
-        producer: &ThreadedProducer<AckContext>,
+        producer: &BaseProducer<AckContext>,
         marker: Option<Vec<u8>>,
         within: Duration,
     ) -> Result<(), SinkError> {
@@ -150,7 +150,7 @@ impl Transactional {
     /// librdkafka keeps says the producer was fenced.
     pub(super) fn explain(
         &self,
-        producer: &ThreadedProducer<AckContext>,
+        producer: &BaseProducer<AckContext>,
         error: SinkError,
     ) -> SinkError {
         if matches!(
@@ -172,7 +172,7 @@ impl Transactional {
     }
 
     /// Aborts the open transaction, if any (after a failed delivery).
-    pub(super) fn abort(&self, producer: &ThreadedProducer<AckContext>) {
+    pub(super) fn abort(&self, producer: &BaseProducer<AckContext>) {
         let _ = tokio::task::block_in_place(|| producer.abort_transaction(TRANSACTION_TIMEOUT));
     }
 
@@ -180,7 +180,7 @@ impl Transactional {
     /// that caused it.
     fn aborted(
         &self,
-        producer: &ThreadedProducer<AckContext>,
+        producer: &BaseProducer<AckContext>,
         action: &'static str,
         error: KafkaError,
         within: Duration,
@@ -198,7 +198,7 @@ impl Transactional {
     /// start fences it: either way nothing of it becomes visible.
     fn abort_after(
         &self,
-        producer: &ThreadedProducer<AckContext>,
+        producer: &BaseProducer<AckContext>,
         failure: SinkError,
         within: Duration,
     ) -> SinkError {
