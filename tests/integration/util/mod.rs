@@ -161,12 +161,15 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// Runs `scripts/services ACTION SERVICE` and checks it succeeded; one at a time, so two
-/// tests needing a service that is not up yet do not both build and start it.
+/// tests needing a service that is not up yet do not both build and start it. A broker a
+/// test killed comes back with its records: never formatted again for its partition
+/// count (that is for `scripts/test`'s start).
 pub fn services(action: &str, service: &str) {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let status = Command::new(repo_root().join("scripts/services"))
         .args([action, service])
+        .env("OUTBOX_SERVICES_KEEP_DATA", "1")
         .status()
         .unwrap();
     assert!(
