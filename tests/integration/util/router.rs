@@ -261,8 +261,13 @@ impl RouterProcess {
         }
     }
 
+    /// The process id (while it runs).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
     fn signal(&self, sig: &str) {
-        let pid = self.child.as_ref().unwrap().id().to_string();
+        let pid = self.pid().to_string();
         Command::new("kill").args([sig, &pid]).status().unwrap();
     }
 
