@@ -113,10 +113,7 @@ async fn init_all(sources: Vec<PoolSource>) -> Result<Vec<PoolSource>> {
         let limit = limit.clone();
         inits.spawn(async move {
             let _permit = limit.acquire_owned().await;
-            let init = pipeline::init(&source.config)
-                .await
-                .with_context(|| format!("source {}: --init", source.name))?;
-            info!(source = %source.name, recorded = ?init.recorded, "--init: the source's first start");
+            init_one(&source).await?;
             anyhow::Ok((index, source))
         });
     }
@@ -126,6 +123,15 @@ async fn init_all(sources: Vec<PoolSource>) -> Result<Vec<PoolSource>> {
     }
     done.sort_by_key(|(index, _)| *index);
     Ok(done.into_iter().map(|(_, source)| source).collect())
+}
+
+/// `--init` for one source: its first start recorded where it has none.
+async fn init_one(source: &PoolSource) -> Result<()> {
+    let init = pipeline::init(&source.config)
+        .await
+        .with_context(|| format!("source {}: --init", source.name))?;
+    info!(source = %source.name, recorded = ?init.recorded, "--init: the source's first start");
+    Ok(())
 }
 
 /// What a source needs before it may run: a build that honours its Kafka properties;
@@ -263,13 +269,8 @@ impl Running {
         for source in starting {
             let new = !to_stop.contains(&source.name);
             if new && self.init {
-                match pipeline::init(&source.config).await {
-                    Ok(init) => {
-                        info!(source = %source.name, recorded = ?init.recorded, "--init: the added source's first start")
-                    }
-                    Err(e) => {
-                        error!(source = %source.name, error = %crate::cause_chain(&e.into()), "--init: the added source's first start was not recorded; its start says why")
-                    }
+                if let Err(e) = init_one(&source).await {
+                    error!(error = %crate::cause_chain(&e), "the added source's first start was not recorded; its start says why")
                 }
             }
             info!(source = %source.name, new, "pool reload: source started");
