@@ -300,7 +300,9 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         metrics,
         ..
     } = *ctx;
+    let phases = std::time::Instant::now();
     let mut conn = source::connect(&config.source).await?;
+    let connected = phases.elapsed();
     let flavor = server::flavor(&mut conn).await?;
     start::measure_server_clock(&mut conn, metrics).await?;
     let problems = server::settings_problems(&mut conn).await?;
@@ -324,7 +326,9 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         SinkKind::Null => Box::new(NullSink),
     };
     let sink = sink.as_ref();
+    let sink_ready = phases.elapsed();
     let checkpoint = start::start_position(config, store, &mut conn, flavor, sink).await?;
+    let positioned = phases.elapsed();
     metrics.set_checkpoint(&checkpoint);
     let resume = source::ResumeAt {
         position: &checkpoint.position,
@@ -345,6 +349,13 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let checkpoint = checkpoint.on_server(server_id);
     let start = &checkpoint.position;
     metrics.set_connected(true);
+    tracing::debug!(
+        connect_ms = connected.as_millis() as u64,
+        sink_ms = sink_ready.as_millis() as u64,
+        position_ms = positioned.as_millis() as u64,
+        stream_ms = phases.elapsed().as_millis() as u64,
+        "start phases (ms since the pipeline's start)"
+    );
     info!(position = %start, delivered_through = ?checkpoint.delivered_through.as_ref().map(ToString::to_string), by_gtid, tables = ?config.outbox.tables, "streaming binlog");
 
     let (mapper, router) = read::stages(config).await?;
