@@ -284,8 +284,13 @@ fn hold(
         if let Some(Err(e)) = consumer.poll(POLL) {
             debug!(error = %e, "lock consumer");
         }
+        // One copy of the assignment for every lock topic: a pool's lock thread looks at
+        // tens of them ten times a second.
+        let assigned = assigned_locks(&consumer);
         for (topic, leads) in &leading {
-            let owns = owns_lock(&consumer, topic);
+            let owns = assigned
+                .as_ref()
+                .is_some_and(|a| a.find_partition(topic, 0).is_some());
             leads.send_if_modified(|l| std::mem::replace(l, owns) != owns);
         }
         match inbox.try_recv() {
@@ -318,11 +323,16 @@ fn hold(
     drop(consumer);
 }
 
+/// The lock partitions assigned to this instance, unless the assignment was lost.
+fn assigned_locks(consumer: &BaseConsumer) -> Option<TopicPartitionList> {
+    match consumer.assignment_lost() {
+        true => None,
+        false => consumer.assignment().ok(),
+    }
+}
+
 fn owns_lock(consumer: &BaseConsumer, topic: &str) -> bool {
-    !consumer.assignment_lost()
-        && consumer
-            .assignment()
-            .is_ok_and(|a| a.find_partition(topic, 0).is_some())
+    assigned_locks(consumer).is_some_and(|a| a.find_partition(topic, 0).is_some())
 }
 
 /// An offset commit checks the member id and generation: it fails once the coordinator

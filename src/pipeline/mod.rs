@@ -313,6 +313,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     }
     let tables = config.table_patterns();
     start::check_outbox_tables(&mut conn, &tables, metrics).await?;
+    let checked = phases.elapsed();
     // One claim check (one S3 client) for the stage ahead of the sink and the sink.
     let check_in = match (&config.claim_check, sink_kind) {
         (Some(cfg), SinkKind::Kafka) => Some(crate::sink::CheckIn::new(cfg, metrics)?),
@@ -351,6 +352,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     metrics.set_connected(true);
     tracing::debug!(
         connect_ms = connected.as_millis() as u64,
+        server_checks_ms = checked.as_millis() as u64,
         sink_ms = sink_ready.as_millis() as u64,
         position_ms = positioned.as_millis() as u64,
         stream_ms = phases.elapsed().as_millis() as u64,
