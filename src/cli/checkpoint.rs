@@ -55,7 +55,7 @@ pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<Exi
                     println!("commit_seq: {}", cp.commit_seq);
                 }
                 if let Some(command) = cp.set_by {
-                    println!("set_by: {command} (the next exactly-once start takes it over the commit marker)");
+                    println!("set_by: {command}");
                 }
             }
         },
@@ -64,8 +64,8 @@ pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<Exi
             ignore_prepared_xa,
         } => {
             let position: Position = position.parse().context("checkpoint set")?;
-            ops::checkpoint::set(&config.source, dir, &position, ignore_prepared_xa).await?;
-            println!("checkpoint set to {position}");
+            let moved = ops::checkpoint::set(config, &position, ignore_prepared_xa).await?;
+            println!("checkpoint set to {position}: {moved}");
         }
         CheckpointAction::Reset { yes } => {
             if !yes {

@@ -41,14 +41,15 @@ pub(super) async fn offsets(
     let store: OffsetStore = store.parse()?;
     let taken = take_over_offset(config, &settings, &store, ignore_prepared_xa).await?;
     println!(
-        "checkpoint set to {} from connector {:?}'s offset in the {store}{}",
+        "checkpoint set to {} from connector {:?}'s offset in the {store}{}: {}",
         taken.position,
         taken.connector,
         if taken.by_gtid {
             " (resumes by GTID)"
         } else {
             ""
-        }
+        },
+        taken.fleet
     );
     if let Some(events) = taken.events_into_transaction {
         println!(

@@ -34,9 +34,9 @@ pub(super) async fn run(config: &Config, opts: RecoverArgs) -> Result<ExitCode> 
         "re-published {} event(s) written since unix time {} (original event ids kept)",
         report.events, report.since_secs
     );
-    println!(
-        "checkpoint set to {}; start the router again to resume streaming",
-        report.checkpoint
-    );
+    match &report.fleet {
+        Some(moved) => println!("checkpoint set to {}: {moved}", report.checkpoint),
+        None => println!("checkpoint set to {}", report.checkpoint),
+    }
     Ok(ExitCode::SUCCESS)
 }

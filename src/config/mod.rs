@@ -81,9 +81,42 @@ pub struct Config {
     /// pool's endpoint).
     #[serde(skip)]
     pub pool_source: Option<String>,
+    /// A pool's source: the pool's group and the lock topic whose owner leads it.
+    #[serde(skip)]
+    pub pool_lock: Option<FleetLock>,
+}
+
+/// Where the instances of a fleet (a standby pair, a pool's source) meet: the consumer
+/// group, and the one-partition topic whose owner in it leads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetLock {
+    pub group: String,
+    pub topic: String,
 }
 
 impl Config {
+    /// The lock of the fleet this instance is one of (a standby pair's `[ha]`, a pool's
+    /// source), if it is one.
+    pub fn fleet_lock(&self) -> Option<FleetLock> {
+        match (&self.pool_lock, self.ha.enabled) {
+            (Some(lock), _) => Some(lock.clone()),
+            (None, true) => Some(FleetLock {
+                group: self.ha.group(&self.delivery),
+                topic: self.ha.lock_topic.clone(),
+            }),
+            (None, false) => None,
+        }
+    }
+
+    /// The fleet's lock topic: where it notes which checkpoint topic holds its markers.
+    pub fn fleet_lock_topic(&self) -> Option<&str> {
+        match (&self.pool_lock, self.ha.enabled) {
+            (Some(lock), _) => Some(&lock.topic),
+            (None, true) => Some(&self.ha.lock_topic),
+            (None, false) => None,
+        }
+    }
+
     /// The path of this router's own `/status` on its endpoint.
     pub fn status_path(&self) -> String {
         match &self.pool_source {

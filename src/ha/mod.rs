@@ -4,7 +4,9 @@
 //! or cut-off old leader can never make anything visible again.
 
 mod config;
+mod leader;
 mod lock;
 
 pub use config::HaConfig;
+pub use leader::leader_of;
 pub use lock::{Lease, Lock, LockError, LockGroup};

@@ -118,7 +118,16 @@ fn read_keys(
         Duration::from_secs(10),
     ) {
         Ok(w) => w,
-        Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {
+        // The broker's answer for a missing topic, or librdkafka's when its metadata
+        // lists no such topic.
+        Err(e)
+            if matches!(
+                e.rdkafka_error_code(),
+                Some(
+                    RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownPartition
+                )
+            ) =>
+        {
             return Ok(None)
         }
         Err(e) => return Err(failed(format!("watermarks: {e}"))),

@@ -5,27 +5,26 @@ use std::path::Path;
 
 use super::OpsError;
 use crate::checkpoint::{Checkpoint, CheckpointStore, OperatorCommand};
+use crate::config::Config;
+use crate::pipeline::{record_operator_position, OperatorMove};
 use crate::position::Position;
-use crate::source::{self, server::refuse_move_past_prepared_xa, SourceConfig};
+use crate::source::{self, server::refuse_move_past_prepared_xa};
 
-/// Stores `position` (on `source`'s server) as the checkpoint in `dir`, marked as the
-/// operator's: refused while XA branches are prepared unless `ignore_prepared_xa`.
+/// Makes `position` (on the source's server) the checkpoint, marked as the operator's:
+/// in exactly-once mode for the whole fleet at once (the commit marker), else in this
+/// router's store. Refused while XA branches are prepared unless `ignore_prepared_xa`.
 pub async fn set(
-    source: &SourceConfig,
-    dir: &Path,
+    config: &Config,
     position: &Position,
     ignore_prepared_xa: bool,
-) -> Result<(), OpsError> {
-    let mut conn = source::connect(source).await?;
+) -> Result<OperatorMove, OpsError> {
+    let mut conn = source::connect(&config.source).await?;
     refuse_move_past_prepared_xa(&mut conn, "checkpoint set", ignore_prepared_xa).await?;
-    let store = CheckpointStore::create(dir)?;
     let server_id = source::server::server_id(&mut conn).await?;
-    store.save(
-        &Checkpoint::new(position.clone(), 0)
-            .on_server(server_id)
-            .set_by(OperatorCommand::CheckpointSet),
-    )?;
-    Ok(())
+    let checkpoint = Checkpoint::new(position.clone(), 0)
+        .on_server(server_id)
+        .set_by(OperatorCommand::CheckpointSet);
+    Ok(record_operator_position(config, checkpoint).await?)
 }
 
 /// Forgets the checkpoint in `dir`.

@@ -93,6 +93,12 @@ fn same_server(
     }
 }
 
+impl From<crate::pipeline::PipelineError> for OpsError {
+    fn from(e: crate::pipeline::PipelineError) -> Self {
+        OpsError::Pipeline(Box::new(e))
+    }
+}
+
 impl From<import::TakeOverError> for OpsError {
     fn from(e: import::TakeOverError) -> Self {
         OpsError::TakeOver(Box::new(e))

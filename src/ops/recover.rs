@@ -50,6 +50,9 @@ pub struct RecoverReport {
     pub dry_run: bool,
     /// The new checkpoint.
     pub checkpoint: String,
+    /// What recording it did (exactly-once: the fleet's commit marker); `None` in a dry
+    /// run.
+    pub fleet: Option<crate::pipeline::OperatorMove>,
 }
 
 /// Re-publishes from the outbox tables and resets the checkpoint; see the module doc.
@@ -93,14 +96,20 @@ pub async fn recover(
             resume_at: resume_at.to_string(),
         });
     }
-    if !opts.dry_run {
-        CheckpointStore::create(&config.checkpoint.dir)?.save(
-            &Checkpoint::new(resume_at.clone(), now_ms())
-                .on_server(server_id)
-                .set_by(OperatorCommand::Recover),
-        )?;
-    }
+    let fleet = match opts.dry_run {
+        true => None,
+        false => Some(
+            crate::pipeline::record_operator_position(
+                config,
+                Checkpoint::new(resume_at.clone(), now_ms())
+                    .on_server(server_id)
+                    .set_by(OperatorCommand::Recover),
+            )
+            .await?,
+        ),
+    };
     Ok(RecoverReport {
+        fleet,
         since_secs,
         events,
         dry_run: opts.dry_run,

@@ -55,6 +55,19 @@ pub enum PipelineError {
         transactional_id: String,
         how: String,
     },
+    #[error("exactly-once mode found no commit marker for transactional.id {transactional_id} on {topic}, but the fleet's lock topic {lock_topic} notes that its markers live on {noted}: delivery.checkpoint_topic changed name, and an instance cannot declare a first start where the fleet had a position. Set delivery.checkpoint_topic back to {noted}, or carry the position over with `outbox-router checkpoint set POSITION` (the marker on {noted}: `checkpoint show` on an instance that led shows its last copy), which commits it on {topic} for the whole fleet")]
+    CheckpointTopicMoved {
+        topic: String,
+        transactional_id: String,
+        lock_topic: String,
+        noted: String,
+    },
+    #[error("the checkpoint store {dir} holds `{command}`'s position {position}, written by an older build that applied it only when this instance next led — by then the fleet may have delivered far past it. Nothing was applied: run `outbox-router {command}` again with this build (it takes effect for the whole fleet at once), or `checkpoint reset --yes` here to drop the record")]
+    UncommittedOperatorRecord {
+        dir: String,
+        position: String,
+        command: String,
+    },
     #[error("{0}")]
     Rules(String),
     #[error("Avro values (value.format = \"avro\", or CloudEvents with data_format = \"avro\") encode the payload alone; they cannot be combined with envelope placements (table.fields.additional.placement …:envelope)")]
@@ -126,6 +139,8 @@ impl PipelineError {
                 | PipelineError::NoCommitMarker { .. }
                 | PipelineError::StoreWithoutMarker { .. }
                 | PipelineError::MarkerLost { .. }
+                | PipelineError::CheckpointTopicMoved { .. }
+                | PipelineError::UncommittedOperatorRecord { .. }
                 | PipelineError::Source(SourceError::CheckpointOfOtherServer { .. })
                 | PipelineError::Checkpoint(CheckpointError::Missing { .. })
         )

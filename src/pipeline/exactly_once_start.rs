@@ -2,18 +2,21 @@
 //!
 //! The commit marker on Kafka is the truth and the store a cache written after it. Of
 //! the two, the one with the higher commit number is the later: the store is ahead only
-//! when the marker it copied was lost since. An operator's record (`checkpoint set`,
-//! `recover`, `import-debezium`) is taken over both, once. No clock decides anything
-//! here: clocks run ahead, step back and differ between the hosts of a standby pair.
-//! With neither a marker nor a stored position, a run starts afresh only when a first
-//! start was recorded on the topic and nothing there says a marker ever existed.
+//! when the marker it copied was lost since. An operator's command (`checkpoint set`,
+//! `recover`, `import-debezium`) writes its position through the marker for the whole
+//! fleet (`super::operator`), so it is a marker like any other. No clock decides
+//! anything here: clocks run ahead, step back and differ between the hosts of a
+//! standby pair. With neither a marker nor a stored position, a run starts afresh only
+//! when a first start was recorded on the topic and nothing says a position ever
+//! existed: no deleted marker, no deleted head, and no note on the fleet's lock topic
+//! that its markers lived there (or on another topic).
 
 use tracing::{info, warn};
 
 use super::PipelineError;
 use crate::checkpoint::Checkpoint;
 use crate::config::Config;
-use crate::sink::{self, MarkerHistory};
+use crate::sink::{self, FencingWriter, FleetRecord, MarkerHistory};
 
 /// Where an exactly-once run begins.
 #[derive(Debug, PartialEq, Eq)]
@@ -21,10 +24,20 @@ pub(super) enum Resume {
     /// At the newest commit marker.
     Marker(Checkpoint),
     /// At the store's record, committed as marker number `seq` before anything streams:
-    /// an operator's move, or a commit whose marker was lost since.
+    /// a commit whose marker was lost since.
     Store { checkpoint: Checkpoint, seq: u64 },
-    /// At `source.start`: a first start was recorded and no position ever existed.
-    FirstStart,
+    /// A first start was recorded and no position ever existed: at the position fixed
+    /// when it was recorded, or (an older build's record, or an initial snapshot) where
+    /// `source.start` says now.
+    FirstStart(Option<Checkpoint>),
+}
+
+/// What the fleet knows beyond the checkpoint topic: the checkpoint topic its lock
+/// topic names for this transactional id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct FleetNote {
+    pub lock_topic: String,
+    pub checkpoint_topic: String,
 }
 
 /// Why no start position can be chosen.
@@ -36,35 +49,57 @@ pub(super) enum Refusal {
     MarkerDeleted,
     /// Records were deleted from the topic's head.
     HeadDeleted(i64),
+    /// The fleet's lock topic says its markers live on this topic, which has none now:
+    /// it was deleted or emptied.
+    FleetMarkersLost(FleetNote),
+    /// The fleet's lock topic says its markers live on another topic.
+    FleetTopicMoved(FleetNote),
+    /// An operator's record an older build left in the store, never committed as a
+    /// marker: it may be weeks old.
+    UncommittedOperatorRecord(Box<Checkpoint>),
     /// Nothing anywhere, and no first start recorded.
     NoFirstStart,
 }
 
-/// The start position from the store's record, the newest marker and what the topic
-/// says of the marker's history.
+/// The start position from the store's record, the newest marker, what the topic
+/// says of the marker's history and what the fleet's lock topic notes.
 pub(super) fn choose(
     store: Option<Checkpoint>,
     marker: Option<Checkpoint>,
     history: &MarkerHistory,
+    fleet: Option<&FleetNote>,
+    checkpoint_topic: &str,
 ) -> Result<Resume, Refusal> {
     match (store, marker) {
-        (Some(s), marker) if s.set_by.is_some() => Ok(Resume::Store {
-            seq: s.commit_seq.max(marker.map_or(0, |m| m.commit_seq)) + 1,
-            checkpoint: s,
-        }),
+        // An older build's `checkpoint set` waited in the store until this instance
+        // led, however far the marker had moved since: never applied late.
+        (Some(s), _) if s.set_by.is_some() && s.commit_seq == 0 => {
+            Err(Refusal::UncommittedOperatorRecord(Box::new(s)))
+        }
         (Some(s), Some(m)) if s.commit_seq > m.commit_seq => Ok(Resume::Store {
             seq: s.commit_seq + 1,
             checkpoint: s,
         }),
         (_, Some(m)) => Ok(Resume::Marker(m)),
+        // Said as what it most likely is: the topic's name changed under the store.
+        (Some(_), None) if fleet.is_some_and(|n| n.checkpoint_topic != checkpoint_topic) => {
+            Err(Refusal::FleetTopicMoved(fleet.cloned().expect("checked")))
+        }
         (Some(s), None) => Err(Refusal::StoreWithoutMarker(Box::new(s))),
         (None, None) => {
             if history.marker_deleted {
                 Err(Refusal::MarkerDeleted)
             } else if let Some(offset) = history.head_deleted_from {
                 Err(Refusal::HeadDeleted(offset))
-            } else if history.first_start_recorded {
-                Ok(Resume::FirstStart)
+            } else if let Some(note) = fleet {
+                match note.checkpoint_topic == checkpoint_topic {
+                    // Recorded with the note in one transaction: a first start.
+                    true if history.first_start.is_some() => Ok(first_start(history)),
+                    true => Err(Refusal::FleetMarkersLost(note.clone())),
+                    false => Err(Refusal::FleetTopicMoved(note.clone())),
+                }
+            } else if history.first_start.is_some() {
+                Ok(first_start(history))
             } else {
                 Err(Refusal::NoFirstStart)
             }
@@ -72,17 +107,22 @@ pub(super) fn choose(
     }
 }
 
-/// The newest marker and its history, read after this run's `init_transactions` (every
-/// transaction of the id is decided), and what to do with them.
-pub(super) fn resume(config: &Config, store: Option<Checkpoint>) -> Result<Resume, PipelineError> {
-    let started = std::time::Instant::now();
-    let history =
-        tokio::task::block_in_place(|| sink::marker_history(&config.kafka, &config.delivery))?;
-    tracing::debug!(
-        read_ms = started.elapsed().as_millis() as u64,
-        "read the newest commit marker"
-    );
-    let marker = history
+/// A first start at the position its record carries (an older build's text record
+/// carries none).
+fn first_start(history: &MarkerHistory) -> Resume {
+    let fixed = history
+        .first_start
+        .as_deref()
+        .and_then(|v| Checkpoint::decode(v).ok());
+    Resume::FirstStart(fixed)
+}
+
+/// The newest marker, decoded.
+fn decoded_marker(
+    config: &Config,
+    history: &MarkerHistory,
+) -> Result<Option<Checkpoint>, PipelineError> {
+    history
         .marker
         .as_deref()
         .map(|bytes| {
@@ -92,24 +132,86 @@ pub(super) fn resume(config: &Config, store: Option<Checkpoint>) -> Result<Resum
                 reason: e.to_string(),
             })
         })
-        .transpose()?;
-    let chosen = choose(store, marker, &history).map_err(|r| refused(config, r))?;
+        .transpose()
+}
+
+/// What the fleet's lock topic notes, read only where it can decide something: no
+/// marker on the checkpoint topic.
+fn fleet_note(
+    config: &Config,
+    history: &MarkerHistory,
+) -> Result<Option<FleetNote>, PipelineError> {
+    let Some(lock_topic) = config.fleet_lock_topic() else {
+        return Ok(None);
+    };
+    if history.marker.is_some() {
+        return Ok(None);
+    }
+    let noted = tokio::task::block_in_place(|| {
+        sink::fleet_checkpoint_topic(&config.kafka, lock_topic, &config.delivery.transactional_id)
+    })?;
+    Ok(noted.map(|checkpoint_topic| FleetNote {
+        lock_topic: lock_topic.to_string(),
+        checkpoint_topic,
+    }))
+}
+
+/// The checkpoint topic's history of our id, and the fleet's note where it matters.
+fn read_history(config: &Config) -> Result<(MarkerHistory, Option<FleetNote>), PipelineError> {
+    let history =
+        tokio::task::block_in_place(|| sink::marker_history(&config.kafka, &config.delivery))?;
+    let note = fleet_note(config, &history)?;
+    Ok((history, note))
+}
+
+/// The newest marker and its history, read after this run's `init_transactions` (every
+/// transaction of the id is decided), and what to do with them.
+pub(super) fn resume(config: &Config, store: Option<Checkpoint>) -> Result<Resume, PipelineError> {
+    let started = std::time::Instant::now();
+    let (history, note) = read_history(config)?;
+    tracing::debug!(
+        read_ms = started.elapsed().as_millis() as u64,
+        "read the newest commit marker"
+    );
+    let marker = decoded_marker(config, &history)?;
     let topic = &config.delivery.checkpoint_topic;
+    let chosen =
+        choose(store, marker, &history, note.as_ref(), topic).map_err(|r| refused(config, r))?;
     match &chosen {
         Resume::Marker(m) => {
             info!(position = %m.position, commit_seq = m.commit_seq, topic, "resuming from the last committed Kafka transaction")
         }
-        Resume::Store { checkpoint, .. } => match checkpoint.set_by {
-            Some(command) => {
-                warn!(position = %checkpoint.position, %command, topic, "resuming where `{command}` put the checkpoint, over the commit marker; committing it as the marker first")
-            }
-            None => {
-                warn!(position = %checkpoint.position, commit_seq = checkpoint.commit_seq, topic, "the store holds a later commit than the newest marker on the topic (a marker was lost): resuming from the store and committing it as the marker first")
-            }
-        },
-        Resume::FirstStart => {}
+        Resume::Store { checkpoint, .. } => {
+            warn!(position = %checkpoint.position, commit_seq = checkpoint.commit_seq, topic, "the store holds a later commit than the newest marker on the topic (a marker was lost): resuming from the store and committing it as the marker first")
+        }
+        Resume::FirstStart(Some(at)) => {
+            info!(position = %at.position, topic, "first start: at the position fixed when the first start was recorded")
+        }
+        Resume::FirstStart(None) => {}
     }
+    note_fleet_topic_aside(config);
     Ok(chosen)
+}
+
+/// A leader notes on the fleet's lock topic where its markers live, for fleets recorded
+/// before the note existed; off the start's path (a takeover waits for none of it).
+fn note_fleet_topic_aside(config: &Config) {
+    let Some(lock_topic) = config.fleet_lock_topic().map(str::to_string) else {
+        return;
+    };
+    let (kafka, delivery) = (config.kafka.clone(), config.delivery.clone());
+    tokio::spawn(async move {
+        let noted = sink::note_fleet_checkpoint_topic(
+            &kafka,
+            &lock_topic,
+            &delivery.transactional_id,
+            &delivery.checkpoint_topic,
+        )
+        .await;
+        if let Err(e) = noted {
+            warn!(lock_topic, error = %e, "cannot note on the lock topic which checkpoint topic holds the markers; an instance that never led cannot tell a lost checkpoint topic from a first start until it is noted");
+        }
+    });
 }
 
 /// Whether `run --init` / `checkpoint init` recorded a first start.
@@ -125,32 +227,80 @@ pub enum FirstStart {
     HasStore,
 }
 
+/// What the checkpoint topic and the fleet say of a first start now: decided, to be
+/// recorded (`None`), or refused.
+fn first_start_state(
+    config: &Config,
+    store: Option<&Checkpoint>,
+) -> Result<Option<FirstStart>, PipelineError> {
+    let (history, note) = read_history(config)?;
+    if history.marker.is_some() {
+        return Ok(Some(FirstStart::HasMarker));
+    }
+    let topic = &config.delivery.checkpoint_topic;
+    match choose(store.cloned(), None, &history, note.as_ref(), topic) {
+        Ok(Resume::FirstStart(_)) => Ok(Some(FirstStart::AlreadyRecorded)),
+        Ok(Resume::Store { .. }) => Ok(Some(FirstStart::HasStore)),
+        Ok(Resume::Marker(_)) => unreachable!("no marker was given"),
+        Err(Refusal::NoFirstStart) => Ok(None),
+        Err(refusal) => Err(refused(config, refusal)),
+    }
+}
+
 /// Records exactly-once mode's first start on the checkpoint topic where no position
-/// exists anywhere: no marker, no stored position, no trace of a deleted marker. Where a
-/// position may have existed it refuses, as the start would.
+/// exists anywhere: no marker, no stored position, no trace of a deleted marker, no note
+/// of the fleet's. The position is fixed now (`latest`: the binlog's end at this
+/// moment) and travels in the record, so whichever instance leads first starts there.
+/// Written as the fleet's transactional producer, with the lock topic's note in the same
+/// transaction: of two instances recording at once, one commits and the other finds its
+/// record. Where a position may have existed it refuses, as the start would.
 pub async fn record_first_start(
     config: &Config,
     store: Option<&Checkpoint>,
 ) -> Result<FirstStart, PipelineError> {
     let (kafka, delivery) = (&config.kafka, &config.delivery);
     sink::ensure_checkpoint_topic(kafka, delivery)?;
-    let history = tokio::task::block_in_place(|| sink::marker_history(kafka, delivery))?;
-    if history.marker.is_some() {
-        return Ok(FirstStart::HasMarker);
+    if let Some(decided) = first_start_state(config, store)? {
+        return Ok(decided);
     }
-    match choose(store.cloned(), None, &history) {
-        Ok(Resume::FirstStart) => return Ok(FirstStart::AlreadyRecorded),
-        Ok(Resume::Store { .. }) => return Ok(FirstStart::HasStore),
-        Ok(Resume::Marker(_)) => unreachable!("no marker was given"),
-        Err(Refusal::NoFirstStart) => {}
-        Err(refusal) => return Err(refused(config, refusal)),
+    let fixed = {
+        let mut conn = crate::source::connect(&config.source).await?;
+        let flavor = crate::source::server::flavor(&mut conn).await?;
+        super::first_position::first_start_here(config, &mut conn, flavor).await?
+    };
+    let mut records = vec![FleetRecord {
+        topic: delivery.checkpoint_topic.clone(),
+        key: sink::first_start_key(&delivery.transactional_id),
+        value: match &fixed {
+            Some(at) => at.encode(),
+            None => format!(
+                "first start recorded at unix ms {}; the initial snapshot fixes the position",
+                crate::checkpoint::now_ms()
+            )
+            .into_bytes(),
+        },
+    }];
+    if let Some(lock_topic) = config.fleet_lock_topic() {
+        crate::kafka::TopicCreator::new(kafka)
+            .map_err(sink::SinkError::from)?
+            .ensure_compacted(lock_topic, "lock")
+            .map_err(sink::SinkError::from)?;
+        records.push(FleetRecord {
+            topic: lock_topic.to_string(),
+            key: sink::fleet_key(&delivery.transactional_id),
+            value: delivery.checkpoint_topic.clone().into_bytes(),
+        });
     }
-    sink::record_first_start(
-        kafka,
-        &delivery.checkpoint_topic,
-        &delivery.transactional_id,
-    )
-    .await?;
+    let writer = FencingWriter::fence(kafka, &delivery.transactional_id)?;
+    // Every transaction of the id is decided now: another instance may have recorded
+    // since the first look.
+    if let Some(decided) = first_start_state(config, store)? {
+        return Ok(decided);
+    }
+    writer.commit(&records).await?;
+    if let Some(at) = &fixed {
+        info!(position = %at.position, "the first start's position, fixed as it was recorded");
+    }
     Ok(FirstStart::Recorded)
 }
 
@@ -175,6 +325,22 @@ fn refused(config: &Config, refusal: Refusal) -> PipelineError {
             transactional_id,
             how: format!("records below offset {offset} were deleted from the topic, and a marker may have been among them"),
         },
+        Refusal::FleetMarkersLost(note) => PipelineError::MarkerLost {
+            topic,
+            transactional_id,
+            how: format!("the fleet's lock topic {} notes that its markers live on this topic, so the topic was deleted or emptied since (an instance that never led cannot tell where the fleet was)", note.lock_topic),
+        },
+        Refusal::FleetTopicMoved(note) => PipelineError::CheckpointTopicMoved {
+            topic,
+            transactional_id,
+            lock_topic: note.lock_topic,
+            noted: note.checkpoint_topic,
+        },
+        Refusal::UncommittedOperatorRecord(s) => PipelineError::UncommittedOperatorRecord {
+            dir: config.checkpoint.dir.display().to_string(),
+            position: s.position.to_string(),
+            command: s.set_by.map(|c| c.to_string()).unwrap_or_default(),
+        },
         Refusal::NoFirstStart => PipelineError::NoCommitMarker {
             topic,
             transactional_id,
@@ -187,12 +353,22 @@ mod tests {
     use super::*;
     use crate::checkpoint::OperatorCommand;
 
+    const TOPIC: &str = "cp";
+
     fn at(offset: u64, seq: u64) -> Checkpoint {
         Checkpoint::new(format!("mysql-bin.000001:{offset}").parse().unwrap(), 0).committed_as(seq)
     }
 
     fn nothing() -> MarkerHistory {
         MarkerHistory::default()
+    }
+
+    fn pick(
+        store: Option<Checkpoint>,
+        marker: Option<Checkpoint>,
+        history: &MarkerHistory,
+    ) -> Result<Resume, Refusal> {
+        choose(store, marker, history, None, TOPIC)
     }
 
     #[test]
@@ -202,20 +378,20 @@ mod tests {
         stale.written_at_ms += 86_400_000;
         let marker = at(900, 8);
         assert_eq!(
-            choose(Some(stale), Some(marker.clone()), &nothing()),
+            pick(Some(stale), Some(marker.clone()), &nothing()),
             Ok(Resume::Marker(marker.clone()))
         );
         // The same commit in both: the marker.
         let mut copy = marker.clone();
         copy.written_at_ms -= 5;
         assert_eq!(
-            choose(Some(copy), Some(marker.clone()), &nothing()),
+            pick(Some(copy), Some(marker.clone()), &nothing()),
             Ok(Resume::Marker(marker.clone()))
         );
         // A store ahead (its marker lost since): the store, committed one past it.
         let ahead = at(1200, 9);
         assert_eq!(
-            choose(Some(ahead.clone()), Some(marker), &nothing()),
+            pick(Some(ahead.clone()), Some(marker), &nothing()),
             Ok(Resume::Store {
                 checkpoint: ahead,
                 seq: 10
@@ -224,51 +400,101 @@ mod tests {
     }
 
     #[test]
-    fn an_operators_record_is_taken_once_numbered_past_the_marker() {
+    fn an_operators_record_is_a_marker_and_never_applied_after_the_marker_moved_on() {
+        // Written through the marker as #9; the leader committed #10 and #11 since.
         let set = Checkpoint::new("mysql-bin.000001:50".parse().unwrap(), 0)
+            .committed_as(9)
+            .set_by(OperatorCommand::CheckpointSet);
+        let moved_on = at(900, 11);
+        assert_eq!(
+            pick(Some(set.clone()), Some(moved_on.clone()), &nothing()),
+            Ok(Resume::Marker(moved_on))
+        );
+        // An older build's record, never committed as a marker: refused, not applied.
+        let legacy = Checkpoint::new("mysql-bin.000001:50".parse().unwrap(), 0)
             .set_by(OperatorCommand::CheckpointSet);
         assert_eq!(
-            choose(Some(set.clone()), Some(at(900, 8)), &nothing()),
-            Ok(Resume::Store {
-                checkpoint: set.clone(),
-                seq: 9
-            })
-        );
-        assert_eq!(
-            choose(Some(set.clone()), None, &nothing()),
-            Ok(Resume::Store {
-                checkpoint: set,
-                seq: 1
-            })
+            pick(Some(legacy.clone()), Some(at(900, 8)), &nothing()),
+            Err(Refusal::UncommittedOperatorRecord(Box::new(legacy)))
         );
     }
 
     #[test]
     fn a_position_that_may_have_existed_refuses_a_first_start() {
+        let fixed = at(100, 0);
         let recorded = MarkerHistory {
-            first_start_recorded: true,
+            first_start: Some(fixed.encode()),
             ..nothing()
         };
-        assert_eq!(choose(None, None, &recorded), Ok(Resume::FirstStart));
-        assert_eq!(choose(None, None, &nothing()), Err(Refusal::NoFirstStart));
+        assert_eq!(
+            pick(None, None, &recorded),
+            Ok(Resume::FirstStart(Some(fixed)))
+        );
+        let older_build = MarkerHistory {
+            first_start: Some(b"first start recorded at unix ms 1".to_vec()),
+            ..nothing()
+        };
+        assert_eq!(pick(None, None, &older_build), Ok(Resume::FirstStart(None)));
+        assert_eq!(pick(None, None, &nothing()), Err(Refusal::NoFirstStart));
         let store = at(100, 3);
         assert_eq!(
-            choose(Some(store.clone()), None, &recorded),
+            pick(Some(store.clone()), None, &recorded),
             Err(Refusal::StoreWithoutMarker(Box::new(store)))
         );
         let deleted = MarkerHistory {
             marker_deleted: true,
             ..recorded
         };
-        assert_eq!(choose(None, None, &deleted), Err(Refusal::MarkerDeleted));
+        assert_eq!(pick(None, None, &deleted), Err(Refusal::MarkerDeleted));
         let truncated = MarkerHistory {
             head_deleted_from: Some(40),
-            first_start_recorded: true,
+            first_start: Some(Vec::new()),
+            ..nothing()
+        };
+        assert_eq!(pick(None, None, &truncated), Err(Refusal::HeadDeleted(40)));
+    }
+
+    #[test]
+    fn the_fleets_note_refuses_a_first_start_on_a_lost_or_renamed_topic() {
+        let here = FleetNote {
+            lock_topic: "lock".into(),
+            checkpoint_topic: TOPIC.into(),
+        };
+        // The note and no record on its topic: the topic was deleted or emptied.
+        assert_eq!(
+            choose(None, None, &nothing(), Some(&here), TOPIC),
+            Err(Refusal::FleetMarkersLost(here.clone()))
+        );
+        // The note and the first start, written together: a first start.
+        let five = at(5, 0);
+        let recorded = MarkerHistory {
+            first_start: Some(five.encode()),
             ..nothing()
         };
         assert_eq!(
-            choose(None, None, &truncated),
-            Err(Refusal::HeadDeleted(40))
+            choose(None, None, &recorded, Some(&here), TOPIC),
+            Ok(Resume::FirstStart(Some(five)))
+        );
+        // The note names another topic: renamed, whatever this one holds.
+        let elsewhere = FleetNote {
+            checkpoint_topic: "old".into(),
+            ..here
+        };
+        assert_eq!(
+            choose(None, None, &recorded, Some(&elsewhere), TOPIC),
+            Err(Refusal::FleetTopicMoved(elsewhere.clone()))
+        );
+        // A marker decides whatever the note says (a moved topic, carried over).
+        let marker = at(7, 3);
+        assert_eq!(
+            choose(
+                None,
+                Some(marker.clone()),
+                &nothing(),
+                Some(&elsewhere),
+                TOPIC
+            ),
+            Ok(Resume::Marker(marker))
         );
     }
 }

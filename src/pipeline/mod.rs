@@ -11,7 +11,9 @@
 mod ack;
 mod error;
 mod exactly_once_start;
+mod first_position;
 mod first_start;
+mod operator;
 mod read;
 mod standby;
 mod start;
@@ -26,6 +28,7 @@ use tracing::{error, info, warn};
 pub use error::PipelineError;
 pub use exactly_once_start::{record_first_start, FirstStart};
 pub use first_start::init;
+pub use operator::{record_operator_position, OperatorMove};
 pub(crate) use read::InvalidPolicy;
 
 use crate::checkpoint::CheckpointStore;

@@ -81,11 +81,13 @@ pub(super) async fn alternate(
             tokio::time::sleep(Duration::from_secs(1)).await;
             continue;
         }
-        ctx.metrics.set_role(Role::Leader, Some(instance));
+        // Not called leader yet: that is said once the start position is fixed and the
+        // stream open, never before (a leader-and-ready signal while "where to start" is
+        // still open invites writes this start could skip).
         info!(
             instance,
             group,
-            "took the lock: leading (a new transactional producer fences the previous leader)"
+            "took the lock: starting to lead (a new transactional producer fences the previous leader)"
         );
         let term = ctx.shutdown.child_token();
         let watcher = {
@@ -104,11 +106,13 @@ pub(super) async fn alternate(
         };
         let streaming = {
             let (metrics, term) = (ctx.metrics.clone(), term.clone());
+            let instance = instance.to_string();
             tokio::spawn(async move {
                 while !metrics.is_connected() && !term.is_cancelled() {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 if metrics.is_connected() {
+                    metrics.set_role(Role::Leader, Some(&instance));
                     let after = assigned.elapsed();
                     metrics.took_over(after);
                     info!(

@@ -5,13 +5,14 @@
 use tracing::{info, warn};
 
 use super::exactly_once_start::{self, Resume};
+use super::first_position;
 use super::PipelineError;
 use crate::checkpoint::{Checkpoint, CheckpointStore};
 use crate::config::Config;
 use crate::monitor::Metrics;
 use crate::sink::Sink;
 use crate::source::server;
-use crate::source::{SnapshotMode, StartFrom};
+use crate::source::SnapshotMode;
 
 /// Where to start: the checkpoint, else the initial snapshot or `source.start` (stored
 /// at once, so a crash before the first delivery cannot move a `latest` start past
@@ -24,12 +25,11 @@ pub(super) async fn start_position(
     sink: &dyn Sink,
 ) -> Result<Checkpoint, PipelineError> {
     let local = store.load()?;
-    match sink.transactions() {
-        None => {
-            if let Some(cp) = local {
-                return Ok(cp);
-            }
-        }
+    let recorded = match sink.transactions() {
+        None => match local {
+            Some(cp) => return Ok(cp),
+            None => None,
+        },
         Some(transactions) => match exactly_once_start::resume(config, local)? {
             Resume::Marker(cp) => return Ok(cp),
             Resume::Store { checkpoint, seq } => {
@@ -41,44 +41,32 @@ pub(super) async fn start_position(
                 store.save(&committed)?;
                 return Ok(committed);
             }
-            Resume::FirstStart => {}
+            Resume::FirstStart(recorded) => recorded,
         },
-    }
-    let snapshot_feature = match config.source.snapshot {
-        SnapshotMode::Never => None,
-        SnapshotMode::Initial => Some(server::SnapshotFeature::InitialSnapshot),
-        SnapshotMode::Watermark(_) => Some(server::SnapshotFeature::WatermarkHandover),
     };
-    if let Some(feature) = snapshot_feature {
-        server::require_mariadb(conn, feature).await?;
-    }
-    if config.source.start != StartFrom::Earliest || config.source.snapshot != SnapshotMode::Never {
-        let prepared = server::prepared_xa(conn).await?;
-        if !prepared.is_empty() {
-            return Err(PipelineError::PreparedXa {
-                xids: prepared.iter().map(ToString::to_string).collect(),
-            });
+    let checkpoint = match recorded {
+        // Fixed when the first start was recorded, whichever instance recorded it:
+        // nothing committed since is skipped, however late this instance leads.
+        Some(recorded) => recorded,
+        None => {
+            match crate::source::snapshot::RowFilter::for_first_start(&config.source.snapshot) {
+                Some(rows) => {
+                    let feature = match config.source.snapshot {
+                        SnapshotMode::Watermark(_) => server::SnapshotFeature::WatermarkHandover,
+                        _ => server::SnapshotFeature::InitialSnapshot,
+                    };
+                    server::require_mariadb(conn, feature).await?;
+                    first_position::refuse_prepared_xa(conn).await?;
+                    let taken_at = server::now_ms(conn).await?;
+                    let position = super::table::initial_snapshot(config, rows, sink).await?;
+                    Checkpoint::new(position, taken_at).on_server(server::server_id(conn).await?)
+                }
+                None => first_position::first_start_here(config, conn, flavor)
+                    .await?
+                    .expect("no snapshot: the position is fixed here"),
+            }
         }
-    }
-    // The server's clock just before the position is taken: every transaction after the
-    // position commits later, and its file is written (rotated) later, so lag and
-    // retention runway computed from it are never understated. A given or earliest
-    // position has no known time (0) until its first transaction is acknowledged.
-    let taken_at = server::now_ms(conn).await?;
-    let (position, commit_time_ms) = match (
-        crate::source::snapshot::RowFilter::for_first_start(&config.source.snapshot),
-        &config.source.start,
-    ) {
-        (Some(rows), _) => (
-            super::table::initial_snapshot(config, rows, sink).await?,
-            taken_at,
-        ),
-        (None, StartFrom::Latest) => (server::current_position(conn, flavor).await?, taken_at),
-        (None, StartFrom::Earliest) => (server::earliest_position(conn).await?, 0),
-        (None, StartFrom::At(p)) => (p.clone(), 0),
     };
-    let checkpoint =
-        Checkpoint::new(position.clone(), commit_time_ms).on_server(server::server_id(conn).await?);
     let checkpoint = if let Some(transactions) = sink.transactions() {
         // The start as the first commit marker, before the store has it (a store without
         // a marker is refused): a standby taking over before our first transaction
@@ -93,7 +81,7 @@ pub(super) async fn start_position(
         checkpoint
     };
     store.save(&checkpoint)?;
-    info!(%position, start = ?config.source.start, snapshot = ?config.source.snapshot, "no checkpoint yet: starting here and recorded it");
+    info!(position = %checkpoint.position, start = ?config.source.start, snapshot = ?config.source.snapshot, "no checkpoint yet: starting here and recorded it");
     Ok(checkpoint)
 }
 

@@ -250,6 +250,10 @@ fn load_source(pool: &PoolFile, path: &Path) -> Result<PoolSource, ConfigError> 
     let merged = toml::to_string(&table).map_err(|e| invalid(e.to_string()))?;
     let mut config = Config::parse(&merged, path)?;
     config.pool_source = Some(name.clone());
+    config.pool_lock = Some(crate::config::FleetLock {
+        group: pool.pool.group_id.clone(),
+        topic: format!("{}{name}", pool.pool.lock_topic_prefix),
+    });
     if !config.delivery.exactly_once() {
         return Err(invalid(
             "a pool's source needs delivery.mode = \"exactly-once\": its position must live on Kafka (the commit marker), where whichever instance leads it next finds it, and the transactional producer fences the one that led it before".into(),

@@ -16,8 +16,9 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 pub use claim_check::{CheckIn, ClaimCheckConfig, ClaimCheckSink};
 pub use config::DeliveryConfig;
 pub use kafka::{
-    ensure_checkpoint_topic, first_start_of, marker_history, record_first_start, KafkaSink,
-    MarkerHistory,
+    ensure_checkpoint_topic, first_start_key, first_start_of, fleet_checkpoint_topic, fleet_key,
+    marker_history, note_fleet_checkpoint_topic, record_first_start, FencingWriter, FleetRecord,
+    KafkaSink, MarkerHistory,
 };
 pub use stdout::StdoutSink;
 
@@ -79,6 +80,10 @@ pub enum SinkError {
     },
     #[error("cannot record the first start on {topic}: {reason}")]
     FirstStart { topic: String, reason: String },
+    #[error(
+        "cannot write the fleet's record on {topic}: {reason}; nothing of it is visible, try again"
+    )]
+    FleetRecord { topic: String, reason: String },
     #[error(transparent)]
     Client(#[from] KafkaClientError),
     #[error("cannot write to stdout: {0}")]
@@ -113,7 +118,8 @@ impl SinkError {
             | SinkError::ClaimCheckSetup(_)
             | SinkError::Stdout(_)
             | SinkError::Fenced { .. }
-            | SinkError::FirstStart { .. } => false,
+            | SinkError::FirstStart { .. }
+            | SinkError::FleetRecord { .. } => false,
         }
     }
 }

@@ -17,6 +17,7 @@ mod event_router;
 #[cfg(feature = "failpoints")]
 mod exactly_once;
 mod failover;
+mod fleet;
 mod fresh_broker;
 mod handover;
 mod import;

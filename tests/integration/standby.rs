@@ -80,7 +80,7 @@ impl Writer {
 }
 
 /// A gauge from the router's `/metrics` (`None` when it does not answer).
-async fn gauge(port: u16, name: &str) -> Option<f64> {
+pub(crate) async fn gauge(port: u16, name: &str) -> Option<f64> {
     let (code, body) = tokio::time::timeout(Duration::from_secs(2), try_http_get(port, "/metrics"))
         .await
         .ok()??;
@@ -92,7 +92,7 @@ async fn gauge(port: u16, name: &str) -> Option<f64> {
 }
 
 /// True while the instance answers as the leader with its binlog stream connected.
-async fn streams(port: u16) -> bool {
+pub(crate) async fn streams(port: u16) -> bool {
     gauge(port, "outbox_router_leader").await == Some(1.0)
         && gauge(port, "outbox_router_connected").await == Some(1.0)
 }
@@ -112,7 +112,7 @@ pub(crate) async fn wait_streaming(port: u16, timeout: Duration, who: &RouterPro
 }
 
 /// Waits until the instance on `port` is a standby that could take over (`/ready` 200).
-async fn wait_standby_ready(port: u16, who: &RouterProcess) {
+pub(crate) async fn wait_standby_ready(port: u16, who: &RouterProcess) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let standby = gauge(port, "outbox_router_leader").await == Some(0.0)

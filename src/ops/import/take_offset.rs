@@ -8,6 +8,7 @@ use super::offsets::{self, ConnectorKey, OffsetError, OffsetStore};
 use crate::checkpoint::{Checkpoint, CheckpointStore, OperatorCommand};
 use crate::config::Config;
 use crate::ops::OpsError;
+use crate::pipeline::{record_operator_position, OperatorMove};
 use crate::position::Position;
 use crate::source::server::{refuse_move_past_prepared_xa, resume_by_gtid};
 use crate::source::{self, server, SourceError};
@@ -18,6 +19,8 @@ pub struct TakenOver {
     pub position: Position,
     /// It resumes by GTID state (else by file position).
     pub by_gtid: bool,
+    /// What recording it did (exactly-once: the fleet's commit marker).
+    pub fleet: OperatorMove,
     /// Binlog events Debezium had read into the transaction at `position`: that
     /// transaction is sent again from its start.
     pub events_into_transaction: Option<u64>,
@@ -99,12 +102,17 @@ pub async fn take_over_offset(
         }
     }
     let commit_time_ms = offset.ts_sec.map_or(0, |s| s * 1000);
-    checkpoints.save(
-        &Checkpoint::new(position.clone(), commit_time_ms)
+    // The store is opened again to record it (one handle at a time).
+    drop(checkpoints);
+    let fleet = record_operator_position(
+        config,
+        Checkpoint::new(position.clone(), commit_time_ms)
             .on_server(ours)
             .set_by(OperatorCommand::ImportDebezium),
-    )?;
+    )
+    .await?;
     Ok(TakenOver {
+        fleet,
         connector: key.name,
         position,
         by_gtid,

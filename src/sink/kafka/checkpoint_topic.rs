@@ -42,7 +42,8 @@ pub fn marker_history(
     Ok(MarkerHistory {
         marker: marker.as_ref().and_then(|m| m.value.clone()),
         marker_deleted: marker.is_some_and(|m| m.value.is_none()),
-        first_start_recorded: first_start.is_some(),
+        // A tombstone under the key still says a first start was recorded.
+        first_start: first_start.map(|r| r.value.unwrap_or_default()),
         head_deleted_from: (read.log_start > 0).then_some(read.log_start),
     })
 }
@@ -122,14 +123,75 @@ pub struct MarkerHistory {
     pub marker: Option<Vec<u8>>,
     /// The newest record under the marker's key is a tombstone: a marker existed.
     pub marker_deleted: bool,
-    /// A first start at `source.start` was recorded (`checkpoint init`, `run --init`).
-    pub first_start_recorded: bool,
+    /// The first-start record (`checkpoint init`, `run --init`), when there is one: the
+    /// encoded checkpoint of the position fixed when it was recorded, or the text of an
+    /// older build's record (its position is decided by whichever instance leads first).
+    pub first_start: Option<Vec<u8>>,
     /// Records were deleted from the head of the topic, below this offset: they may
     /// have been markers.
     pub head_deleted_from: Option<i64>,
 }
 
 /// The key of `checkpoint init`'s first-start record: beside the markers, never theirs.
-fn first_start_key(name: &str) -> String {
+pub fn first_start_key(name: &str) -> String {
     format!("{name}#first-start")
+}
+
+/// The key, on a fleet's lock topic, of the note naming the checkpoint topic that
+/// `transactional_id`'s commit markers live on. The lock topic outlives the checkpoint
+/// topic's deletion or renaming, and Kafka's expiry of groups and transactional ids: a
+/// compacted record is kept until a newer one replaces it.
+pub fn fleet_key(transactional_id: &str) -> String {
+    format!("{transactional_id}#checkpoint-topic")
+}
+
+/// The checkpoint topic the fleet's lock topic names for `transactional_id`, if it
+/// names one (`None` also when the lock topic does not exist yet).
+pub fn fleet_checkpoint_topic(
+    cfg: &KafkaConfig,
+    lock_topic: &str,
+    transactional_id: &str,
+) -> Result<Option<String>, SinkError> {
+    let key = fleet_key(transactional_id);
+    let Some(read) = crate::kafka::newest_of_keys(cfg, lock_topic, 0, &[key.as_bytes()])? else {
+        return Ok(None);
+    };
+    Ok(read
+        .newest
+        .into_iter()
+        .next()
+        .flatten()
+        .and_then(|r| r.value)
+        .map(|v| String::from_utf8_lossy(&v).into_owned()))
+}
+
+/// Writes the lock topic's note that `transactional_id`'s markers live on
+/// `checkpoint_topic`, unless it says so already: a leader of a fleet recorded before
+/// the note existed leaves it at its start.
+pub async fn note_fleet_checkpoint_topic(
+    cfg: &KafkaConfig,
+    lock_topic: &str,
+    transactional_id: &str,
+    checkpoint_topic: &str,
+) -> Result<(), SinkError> {
+    let noted =
+        tokio::task::block_in_place(|| fleet_checkpoint_topic(cfg, lock_topic, transactional_id))?;
+    if noted.as_deref() == Some(checkpoint_topic) {
+        return Ok(());
+    }
+    let producer: FutureProducer = client_config(cfg).create().map_err(SinkError::Create)?;
+    let key = fleet_key(transactional_id);
+    let record = rdkafka::producer::FutureRecord::to(lock_topic)
+        .partition(0)
+        .key(&key)
+        .payload(checkpoint_topic);
+    let failed = |reason: String| SinkError::FleetRecord {
+        topic: lock_topic.to_string(),
+        reason,
+    };
+    match producer.send(record, Duration::from_secs(30)).await {
+        Ok(delivered) if delivered.offset >= 0 => Ok(()),
+        Ok(_) => Err(failed("reported delivered without an offset".into())),
+        Err((error, _)) => Err(failed(error.to_string())),
+    }
 }

@@ -4,11 +4,14 @@
 
 mod checkpoint_topic;
 mod delivery;
+mod fleet_records;
 mod polled;
 mod producer;
 mod transactions;
 
 pub use checkpoint_topic::{
-    ensure_checkpoint_topic, first_start_of, marker_history, record_first_start, MarkerHistory,
+    ensure_checkpoint_topic, first_start_key, first_start_of, fleet_checkpoint_topic, fleet_key,
+    marker_history, note_fleet_checkpoint_topic, record_first_start, MarkerHistory,
 };
+pub use fleet_records::{FencingWriter, FleetRecord};
 pub use producer::KafkaSink;

@@ -1,0 +1,332 @@
+//! The contract across instances: a first start, a lost or renamed checkpoint topic and
+//! an operator's position are facts of the fleet, not of the instance that happens to
+//! start first or to hold a volume. Each test runs a standby pair (exactly-once, one lock
+//! group) as the chart starts it (`run --init`), then counts with a `read_committed`
+//! consumer: 0 lost, and duplicates only where an operator asked for them.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
+
+use crate::standby::{pair, streams, wait_standby_ready, wait_streaming, Pair};
+use crate::util::*;
+
+const INIT: &[&str] = &["--init"];
+
+/// The refusal exit code: an operator must set the position.
+const NEEDS_OPERATOR: i32 = 4;
+
+/// The checkpoint topic of `setup` as its config names it.
+fn checkpoint_topic(setup: &RouterSetup) -> String {
+    let text = std::fs::read_to_string(setup.config_path()).unwrap();
+    let config: toml::Table = toml::from_str(&text).unwrap();
+    config["delivery"]["checkpoint_topic"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Deletes `topic` and waits until the broker no longer lists it.
+async fn delete_topic(topic: &str) {
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .create()
+        .unwrap();
+    let result = admin
+        .delete_topics(&[topic], &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(result.iter().all(|r| r.is_ok()), "{result:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = admin
+            .inner()
+            .fetch_metadata(None, Duration::from_secs(5))
+            .unwrap()
+            .topics()
+            .iter()
+            .any(|t| t.name() == topic);
+        if !listed {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{topic} still listed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until `n` distinct event ids are in the topics (offsets count transaction
+/// markers too); returns how many there are.
+fn wait_ids(topics: &[String], n: usize, timeout: Duration) -> usize {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let ids: std::collections::HashSet<String> = read_all(topics).iter().map(Msg::id).collect();
+        if ids.len() >= n || std::time::Instant::now() > deadline {
+            return ids.len();
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Starts `setup` with `run --init` and expects the start refused for the operator
+/// (exit 4) within 60 s, naming the command that recovers; returns its log.
+fn expect_refused(setup: &RouterSetup, who: &str) -> String {
+    let mut router = setup.start_router_with(&[], INIT);
+    let Some(status) = router.wait(Duration::from_secs(60)) else {
+        let log = router.log();
+        router.kill9();
+        panic!("{who} must refuse to start, it runs:\n{log}");
+    };
+    let log = router.log();
+    assert_eq!(
+        status.code(),
+        Some(NEEDS_OPERATOR),
+        "{who}: {status}\n{log}"
+    );
+    assert!(
+        log.contains("checkpoint set"),
+        "{who} names no command:\n{log}"
+    );
+    log
+}
+
+/// Both started with `run --init`; returns (leader, standby) once one streams and the
+/// other is a ready standby, leader's setup first.
+async fn start_both(p: &Pair) -> [(RouterProcess, &RouterSetup); 2] {
+    let mut a = p.a.start_router_with(&[], INIT);
+    let b = p.b.start_router_with(&[], INIT);
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        if streams(p.a.monitor_port).await {
+            wait_standby_ready(p.b.monitor_port, &b).await;
+            return [(a, &p.a), (b, &p.b)];
+        }
+        if streams(p.b.monitor_port).await {
+            wait_standby_ready(p.a.monitor_port, &a).await;
+            return [(b, &p.b), (a, &p.a)];
+        }
+        if let Some(status) = a.wait(Duration::ZERO) {
+            panic!("a exited: {status}\n{}", a.log());
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nobody leads:\n{}\n{}",
+            a.log(),
+            b.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A pair that delivered 200 events and stopped (`a` led, `b` never did).
+async fn delivered_and_stopped(p: &Pair) {
+    let mut a = p.a.start_router_with(&[], INIT);
+    wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
+    let mut b = p.b.start_router_with(&[], INIT);
+    wait_standby_ready(p.b.monitor_port, &b).await;
+    write_stream(p.a.db.clone(), 0, 20, 10, 7).await;
+    assert_eq!(wait_ids(&p.topics, 200, Duration::from_secs(60)), 200);
+    b.stop(Duration::from_secs(30));
+    a.stop(Duration::from_secs(30));
+}
+
+/// After both refused: the operator carries the old leader's position over with
+/// `checkpoint set` (it commits the marker for the fleet); both start as the chart
+/// starts them and every event arrives once.
+async fn recover_and_count(p: &Pair, scenario: &str) {
+    let (file, offset) = p.a.checkpoint().expect("the old leader's store");
+    let position = format!("{file}:{offset}");
+    let out = p.a.cli(&["checkpoint", "set", &position]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("whole fleet"), "{said}");
+    let [(mut leader, _), (mut standby, _)] = start_both(p).await;
+    drain_and_stop(&mut leader, &p.topics, 400);
+    standby.stop(Duration::from_secs(30));
+    let duplicates = check_stream(&p.topics, 400);
+    println!("fleet {scenario}: events=400 lost=0 duplicates={duplicates}");
+    assert_eq!(duplicates, 0, "{scenario}");
+}
+
+/// The measured case: the checkpoint topic deleted while both are down, 200
+/// rows written meanwhile; the instance that never led starts first. Before, it
+/// recorded a first start and streamed from `latest`: 0 of the 200 ever arrived.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_checkpoint_topic_is_refused_by_the_instance_that_never_led() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let p = pair("fleet_lost").await;
+    delivered_and_stopped(&p).await;
+    delete_topic(&checkpoint_topic(&p.a)).await;
+    write_stream(p.a.db.clone(), 20, 20, 10, 7).await;
+    let log = expect_refused(&p.b, "the instance that never led");
+    assert!(log.contains("lock topic"), "{log}");
+    expect_refused(&p.a, "the old leader");
+    recover_and_count(&p, "deleted checkpoint topic, never-led first").await;
+}
+
+/// The other order, and the other way to lose the topic: `delivery.checkpoint_topic`
+/// renamed in both configs; the old leader starts first, then the instance that never
+/// led. Both refuse naming the old topic.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renamed_checkpoint_topic_is_refused_in_the_other_order_too() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let mut p = pair("fleet_renamed").await;
+    delivered_and_stopped(&p).await;
+    let old = checkpoint_topic(&p.a);
+    for setup in [&mut p.a, &mut p.b] {
+        setup.extra_toml = setup
+            .extra_toml
+            .replace("it.checkpoints.", "it.checkpoints-renamed.");
+    }
+    assert_ne!(checkpoint_topic(&p.a), old);
+    write_stream(p.a.db.clone(), 20, 20, 10, 7).await;
+    let log = expect_refused(&p.a, "the old leader");
+    assert!(log.contains(&old), "{log}");
+    let log = expect_refused(&p.b, "the instance that never led");
+    assert!(log.contains(&old), "{log}");
+    recover_and_count(&p, "renamed checkpoint topic, old leader first").await;
+}
+
+/// `latest` is fixed when the first start is recorded, not when some instance first
+/// leads. Before, the leader decided its own "latest" at the lock: every row committed
+/// between the recorded first start and that moment was skipped (272 of 277 measured).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_first_start_begins_where_it_was_recorded_whoever_leads() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let mut p = pair("fleet_latest").await;
+    p.a.start = "latest".into();
+    p.b.start = "latest".into();
+    let out = p.b.cli(&["checkpoint", "init"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Committed after the first start was recorded, before anyone leads.
+    write_stream(p.a.db.clone(), 0, 10, 10, 7).await;
+    let mut a = p.a.start_router_with(&[], INIT);
+    wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
+    write_stream(p.a.db.clone(), 10, 10, 10, 7).await;
+    let arrived = wait_ids(&p.topics, 200, Duration::from_secs(60));
+    assert_eq!(
+        arrived,
+        200,
+        "rows committed after the recorded first start were skipped:\n{}",
+        a.log()
+    );
+    drain_and_stop(&mut a, &p.topics, 200);
+    assert_eq!(check_stream(&p.topics, 200), 0);
+}
+
+/// `checkpoint set` run on a stopped standby. Before, it waited in that instance's
+/// store and was applied when it next led, over a marker that had moved on: every event
+/// the leader delivered since went out again (1,000 duplicates measured). Now it is
+/// committed as the fleet's marker at once, fencing the leader, and says so; after it
+/// and a takeover nothing is delivered twice — and an operator's move back still
+/// re-delivers exactly what it asks for.
+#[tokio::test(flavor = "multi_thread")]
+async fn checkpoint_set_on_a_standby_takes_effect_for_the_fleet_at_once() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let p = pair("fleet_set").await;
+    let mut conn = app_conn().await;
+    let mut a = p.a.start_router_with(&[], INIT);
+    wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
+    let mut b = p.b.start_router_with(&[], INIT);
+    wait_standby_ready(p.b.monitor_port, &b).await;
+    write_stream(p.a.db.clone(), 0, 30, 10, 7).await;
+    assert_eq!(wait_ids(&p.topics, 300, Duration::from_secs(60)), 300);
+
+    // The standby stopped, the operator sets the current position on it.
+    b.stop(Duration::from_secs(30));
+    let (file, offset) = binlog_position(&mut conn).await;
+    let out = p.b.cli(&["checkpoint", "set", &format!("{file}:{offset}")]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("instance a") && said.contains("fenced"),
+        "{said}"
+    );
+    // The leader learns it at its next commit, and stops.
+    write_stream(p.a.db.clone(), 30, 1, 10, 7).await;
+    let status = a.wait(Duration::from_secs(60));
+    assert!(status.is_some(), "the fenced leader runs on:\n{}", a.log());
+
+    // Restarted as the chart would; 1,000 rows; the leader killed; the other takes over.
+    let [(mut leader, _), (standby, standby_setup)] = start_both(&p).await;
+    write_stream(p.a.db.clone(), 31, 100, 10, 7).await;
+    assert_eq!(wait_ids(&p.topics, 1310, Duration::from_secs(60)), 1310);
+    leader.kill9();
+    wait_streaming(
+        standby_setup.monitor_port,
+        Duration::from_secs(90),
+        &standby,
+    )
+    .await;
+    write_stream(p.a.db.clone(), 131, 9, 10, 7).await;
+    let killed = leader;
+    drop(killed);
+    let mut leader = standby;
+    let total = 1400;
+    let seen = wait_ids(&p.topics, total, Duration::from_secs(60));
+    let duplicates = check_stream(&p.topics, total);
+    println!(
+        "fleet checkpoint set on a standby: events={total} seen={seen} duplicates={duplicates}"
+    );
+    assert_eq!(
+        duplicates, 0,
+        "an operator's record was applied after the marker moved on"
+    );
+
+    // The operator's move is still possible: back to before 100 delivered rows, from
+    // the instance that is down; the leader is fenced, and those 100 arrive again.
+    let (file, offset) = binlog_position(&mut conn).await;
+    write_stream(p.a.db.clone(), 140, 10, 10, 7).await;
+    assert_eq!(wait_ids(&p.topics, 1500, Duration::from_secs(60)), 1500);
+    let down = if std::ptr::eq(standby_setup, &p.a) {
+        &p.b
+    } else {
+        &p.a
+    };
+    let out = down.cli(&["checkpoint", "set", &format!("{file}:{offset}")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    write_stream(p.a.db.clone(), 150, 1, 10, 7).await;
+    assert!(
+        leader.wait(Duration::from_secs(60)).is_some(),
+        "the fenced leader runs on:\n{}",
+        leader.log()
+    );
+    let [(mut leader, _), (mut standby, _)] = start_both(&p).await;
+    drain_and_stop(&mut leader, &p.topics, 1610);
+    standby.stop(Duration::from_secs(30));
+    let msgs = read_all(&p.topics);
+    let mut times: HashMap<String, usize> = HashMap::new();
+    for m in &msgs {
+        *times.entry(m.id()).or_default() += 1;
+    }
+    let mut twice: Vec<u64> = times
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, _)| id.trim_start_matches("s-").parse().unwrap())
+        .collect();
+    twice.sort();
+    assert_eq!(
+        twice,
+        (1400..1500).collect::<Vec<u64>>(),
+        "the move re-delivered other events"
+    );
+    assert_eq!(times.len(), 1510);
+    assert!(times.values().all(|n| *n <= 2));
+}
