@@ -74,6 +74,7 @@ pub mod route;
 pub(crate) mod secret;
 pub(crate) mod sink;
 pub mod source;
+pub(crate) mod stop;
 pub(crate) mod units;
 
 pub use cause_chain::cause_chain;

@@ -36,13 +36,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(cli::dispatch(cli)) {
+    let code = match runtime.block_on(cli::dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("outbox-router: error: {}", outbox_router::cause_chain(&e));
             cli::exit_code_of(&e)
         }
-    }
+    };
+    // Work given up on a stop may still sit in a blocking call (a broker's answer can
+    // take a minute): the command is over, so is the process.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    code
 }
 
 /// Help and version go to stdout (exit 0); a usage error to stderr with exit 64

@@ -62,10 +62,17 @@ pub struct Checkpoint {
     /// whatever any clock says. 0: written by at-least-once mode or an older build.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub commit_seq: u64,
-    /// Written by an operator's command, not by a run: the next exactly-once start
-    /// takes it over any marker (and commits it as one at once).
+    /// Written by an operator's command, not by a run (exactly-once: committed as the
+    /// fleet's marker by the command itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set_by: Option<OperatorCommand>,
+    /// Exactly-once mode: the line of commit markers this one continues. A new line
+    /// begins at each first start and each operator's move (a checkpoint topic lost and
+    /// recovered starts numbering again); a store's copy is later than a marker only on
+    /// the same line — a stale store of an older line never wins over an operator's
+    /// marker. Absent in records of older builds (one line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<u64>,
 }
 
 /// The commands that move a checkpoint by hand.
@@ -100,6 +107,7 @@ impl Checkpoint {
             server_id: None,
             commit_time_ms,
             written_at_ms: now_ms(),
+            lineage: None,
             commit_seq: 0,
             set_by: None,
         }
@@ -124,6 +132,14 @@ impl Checkpoint {
     }
 
     /// The same checkpoint, a position in the binlog of server `server_id`.
+    /// This record beginning a new line of markers (a first start, an operator's move).
+    pub fn new_lineage(self) -> Self {
+        Self {
+            lineage: Some(uuid::Uuid::new_v4().as_u64_pair().0),
+            ..self
+        }
+    }
+
     pub fn on_server(self, server_id: u32) -> Self {
         Self {
             server_id: Some(server_id),
@@ -210,6 +226,7 @@ mod tests {
             written_at_ms: 1_700_000_000_500,
             commit_seq: 42,
             set_by: None,
+            lineage: Some(7),
         }
     }
 

@@ -287,6 +287,7 @@ mod tests {
             written_at_ms: 2,
             commit_seq: 0,
             set_by: None,
+            lineage: None,
         };
         assert!(matches!(
             CheckpointStore::open(dir.path()),
@@ -318,6 +319,7 @@ mod tests {
             written_at_ms: 2,
             commit_seq: 0,
             set_by: None,
+            lineage: None,
         };
         live.save(&cp).unwrap();
         // `live` still holds the lock, as a running router does.

@@ -162,6 +162,14 @@ pub(crate) enum CheckpointAction {
         #[arg(long)]
         ignore_prepared_xa: bool,
     },
+    /// Exactly-once, after `delivery.checkpoint_topic` changed name: carry the newest
+    /// commit marker over from the old topic, committed on the current one for the
+    /// whole fleet (the only way a fleet's markers move to another topic).
+    MoveTopic {
+        /// The checkpoint topic the markers were on.
+        #[arg(long, value_name = "TOPIC")]
+        from: String,
+    },
     /// Create an empty checkpoint store for a first start (`run` refuses a missing one).
     Init,
     /// Remove the stored checkpoint. In at-least-once: the next run starts at source.start

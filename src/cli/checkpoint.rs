@@ -67,6 +67,13 @@ pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<Exi
             let moved = ops::checkpoint::set(config, &position, ignore_prepared_xa).await?;
             println!("checkpoint set to {position}: {moved}");
         }
+        CheckpointAction::MoveTopic { from } => {
+            let (position, moved) = ops::checkpoint::move_topic(config, &from).await?;
+            println!(
+                "the newest commit marker on {from} ({position}) carried over to {}: {moved}",
+                config.delivery.checkpoint_topic
+            );
+        }
         CheckpointAction::Reset { yes } => {
             if !yes {
                 bail!("checkpoint reset forgets where the router stopped; repeat with --yes to confirm");

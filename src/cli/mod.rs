@@ -70,8 +70,8 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
             sink,
             init,
             shadow: true,
-        } => run::run(&config()?.into_shadow(), sink, init).await,
-        Command::Run { sink, init, .. } => run::run(&config()?, sink, init).await,
+        } => run::run(config()?.into_shadow(), sink, init).await,
+        Command::Run { sink, init, .. } => run::run(config()?, sink, init).await,
         Command::Validate => validate::run(&config()?).await,
         Command::Status {
             json,

@@ -1,6 +1,7 @@
 //! `run`: the pipeline until a signal.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tokio_util::sync::CancellationToken;
@@ -13,7 +14,8 @@ use crate::monitor::{Metrics, RunLock};
 use crate::pipeline::{self, FirstStart, SinkKind};
 
 /// Streams until SIGINT/SIGTERM; `init` creates a missing checkpoint store first.
-pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<ExitCode> {
+pub(super) async fn run(config: Config, sink: SinkArg, init: bool) -> Result<ExitCode> {
+    let config = std::sync::Arc::new(config);
     // First: a stop asked during the start (an orchestrator's, a test's) is a stop.
     let shutdown = CancellationToken::new();
     cancel_on_signal(shutdown.clone());
@@ -27,8 +29,17 @@ pub(super) async fn run(config: &Config, sink: SinkArg, init: bool) -> Result<Ex
             .context("kafka.properties")?;
     }
     if init {
-        first_start(config).await?;
+        let bound = Duration::from_secs(config.pipeline.shutdown_timeout_secs);
+        let work = {
+            let config = config.clone();
+            tokio::spawn(async move { first_start(&config).await })
+        };
+        match crate::stop::until_stopped(work, &shutdown, bound).await {
+            Some(done) => done.context("run --init")??,
+            None => return Ok(ExitCode::SUCCESS),
+        }
     }
+    let config = &*config;
     // From here on `status` calls this router starting, not stopped. Taken beside a
     // store that exists: a start refused for a missing one leaves nothing behind.
     let metrics = Metrics::default();

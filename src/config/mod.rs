@@ -126,6 +126,41 @@ impl Config {
     }
 }
 
+/// A TOML error as the router says it: where (line and column of `text`) and what —
+/// never the line's text nor a quoted value, either of which can be a secret written
+/// into the file (or the value a `${env:…}` reference resolved to). toml's own
+/// rendering quotes the offending line.
+pub fn toml_error(text: Option<&str>, e: &toml::de::Error) -> String {
+    let what = redact_quoted(e.message());
+    let at = text.zip(e.span()).and_then(|(text, span)| {
+        let before = text.get(..span.start)?;
+        let line = before.matches('\n').count() + 1;
+        let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+        Some(format!("line {line}, column {column}: "))
+    });
+    format!("{}{what}", at.unwrap_or_default())
+}
+
+/// `s` with the text between double quotes left out (serde quotes values, and names
+/// fields with backticks).
+fn redact_quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut quoted = false;
+    for c in s.chars() {
+        if c == '"' {
+            if !quoted {
+                out.push_str("\"…");
+            } else {
+                out.push('"');
+            }
+            quoted = !quoted;
+        } else if !quoted {
+            out.push(c);
+        }
+    }
+    out
+}
+
 // The pipeline is the wiring, not a stage: its limits are part of the composition.
 /// Pipeline limits.
 #[derive(Debug, Deserialize)]
@@ -203,11 +238,16 @@ impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let parse_error = |e: toml::de::Error| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            message: toml_error(Some(text), &e),
         };
         // Shape first, from the text: its messages point at lines and columns.
         toml::from_str::<Config>(text).map_err(parse_error)?;
         let mut tree: toml::Value = toml::from_str(text).map_err(parse_error)?;
+        // After the references are resolved there is no text to point into.
+        let parse_error = |e: toml::de::Error| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: toml_error(None, &e),
+        };
         let inline_secrets = crate::secret::inline_secrets(&tree);
         crate::secret::resolve_references(&mut tree).map_err(|e| ConfigError::Invalid {
             path: path.to_path_buf(),

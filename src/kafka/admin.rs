@@ -144,6 +144,31 @@ impl TopicCreator {
         })?
     }
 
+    /// Whether `topic` exists with at least one partition. Asked as a consumer that may
+    /// not create topics: a producer's (or the admin client's) metadata request for a
+    /// missing topic makes a broker with `auto.create.topics.enable` create it, in its
+    /// default shape.
+    pub fn exists(cfg: &KafkaConfig, topic: &str) -> Result<bool, KafkaClientError> {
+        let failed = |e: String| KafkaClientError::CreateTopic {
+            topic: topic.to_string(),
+            reason: format!("looking it up failed: {e}"),
+        };
+        let mut c = super::consumer_config(cfg);
+        c.set("allow.auto.create.topics", "false");
+        let consumer: rdkafka::consumer::BaseConsumer =
+            c.create().map_err(|e| failed(e.to_string()))?;
+        let md = rdkafka::consumer::Consumer::fetch_metadata(
+            &consumer,
+            Some(topic),
+            Duration::from_secs(10),
+        )
+        .map_err(|e| failed(e.to_string()))?;
+        Ok(md
+            .topics()
+            .iter()
+            .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+    }
+
     /// Makes sure the one-partition compacted `topic` of exactly-once mode's commit
     /// markers exists (created even with `kafka.topics.create = false`: the router
     /// owns it).

@@ -118,16 +118,7 @@ fn read_keys(
         Duration::from_secs(10),
     ) {
         Ok(w) => w,
-        // The broker's answer for a missing topic, or librdkafka's when its metadata
-        // lists no such topic.
-        Err(e)
-            if matches!(
-                e.rdkafka_error_code(),
-                Some(
-                    RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownPartition
-                )
-            ) =>
-        {
+        Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {
             return Ok(None)
         }
         Err(e) => return Err(failed(format!("watermarks: {e}"))),

@@ -152,6 +152,7 @@ async fn health(State(view): State<Arc<PoolView>>) -> impl IntoResponse {
                 "connected": m.is_connected(),
                 "ready": live.ready,
                 "not_ready_reason": live.not_ready_reason,
+                "failure": live.failure,
             })
         }),
     }))

@@ -22,6 +22,8 @@ pub(super) struct RoleState {
     pub instance: Option<String>,
     /// A standby's last check: `Ok` when it could take over, else why not.
     pub standby_check: Result<(), String>,
+    /// Why this source is stopped by a failure of its own, if it is.
+    pub failure: Option<String>,
 }
 
 impl Default for RoleState {
@@ -30,6 +32,7 @@ impl Default for RoleState {
             role: Role::Single,
             instance: None,
             standby_check: Err("standby: not checked yet".into()),
+            failure: None,
         }
     }
 }

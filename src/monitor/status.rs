@@ -168,6 +168,9 @@ pub struct Live {
     /// This instance's `[ha]` name.
     #[serde(default)]
     pub instance: Option<String>,
+    /// A pool's source stopped by a failure of its own: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }
 
 fn hours(secs: i64) -> String {

@@ -27,6 +27,35 @@ pub async fn set(
     Ok(record_operator_position(config, checkpoint).await?)
 }
 
+/// Carries the newest commit marker of the transactional id over from checkpoint topic
+/// `from` to the configured one, for the whole fleet; returns its position.
+pub async fn move_topic(config: &Config, from: &str) -> Result<(String, OperatorMove), OpsError> {
+    let delivery = &config.delivery;
+    if !delivery.exactly_once() {
+        return Err(OpsError::MoveTopicNeedsExactlyOnce);
+    }
+    if from == delivery.checkpoint_topic {
+        return Err(OpsError::MoveTopicSameTopic {
+            topic: from.to_string(),
+        });
+    }
+    let id = &delivery.transactional_id;
+    let bytes = tokio::task::block_in_place(|| crate::kafka::last(&config.kafka, from, id))?
+        .ok_or_else(|| OpsError::MoveTopicNoMarker {
+            from: from.to_string(),
+            id: id.clone(),
+        })?;
+    let marker = Checkpoint::decode(&bytes).map_err(|e| OpsError::MoveTopicBadMarker {
+        from: from.to_string(),
+        reason: e.to_string(),
+    })?;
+    let position = marker.position.to_string();
+    // Numbered past its old number and whatever the new topic holds, by the command
+    // that records it.
+    let carried = marker.set_by(OperatorCommand::CheckpointSet);
+    Ok((position, record_operator_position(config, carried).await?))
+}
+
 /// Forgets the checkpoint in `dir`.
 pub fn reset(dir: &Path) -> Result<(), OpsError> {
     CheckpointStore::open(dir)?.reset()?;

@@ -43,6 +43,14 @@ pub enum OpsError {
     TakeOver(Box<import::TakeOverError>),
     #[error(transparent)]
     Pipeline(Box<crate::pipeline::PipelineError>),
+    #[error("checkpoint move-topic: commit markers live on a checkpoint topic in exactly-once mode only; in at-least-once mode the store holds the position")]
+    MoveTopicNeedsExactlyOnce,
+    #[error("checkpoint move-topic: {topic} is delivery.checkpoint_topic already; --from names the topic the markers were on before it changed")]
+    MoveTopicSameTopic { topic: String },
+    #[error("checkpoint move-topic: {from} holds no commit marker for transactional.id {id}: nothing to carry over (check the topic's name, or set the position with `checkpoint set`)")]
+    MoveTopicNoMarker { from: String, id: String },
+    #[error("checkpoint move-topic: the commit marker on {from} cannot be read: {reason}")]
+    MoveTopicBadMarker { from: String, reason: String },
     #[error("nothing selected: give event ids, an aggregate id, an event type, an id range or a time window (`replay --help`)")]
     NothingSelected,
     #[error("no checkpoint in {dir}: nothing is provably delivered yet, so nothing can be pruned; start the router first")]

@@ -159,8 +159,8 @@ pub async fn replay(
             last = Some(event_id);
             topics.insert(r.topic.to_string());
             if let (Some(cc), true) = (&config.claim_check, r.claim_check) {
-                let size = r.value.as_ref().map_or(0, Vec::len);
-                objects.push(cc.reference(&r.topic, &r.event.id, size).location());
+                let value = r.value.as_deref().unwrap_or_default();
+                objects.push(cc.reference(&r.topic, &r.event.id, value).location());
             }
             handed += 1;
             listed(r);

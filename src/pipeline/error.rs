@@ -55,7 +55,7 @@ pub enum PipelineError {
         transactional_id: String,
         how: String,
     },
-    #[error("exactly-once mode found no commit marker for transactional.id {transactional_id} on {topic}, but the fleet's lock topic {lock_topic} notes that its markers live on {noted}: delivery.checkpoint_topic changed name, and an instance cannot declare a first start where the fleet had a position. Set delivery.checkpoint_topic back to {noted}, or carry the position over with `outbox-router checkpoint set POSITION` (the marker on {noted}: `checkpoint show` on an instance that led shows its last copy), which commits it on {topic} for the whole fleet")]
+    #[error("exactly-once mode found no commit marker for transactional.id {transactional_id} on {topic}, but the fleet's lock topic {lock_topic} notes that its markers live on {noted}: delivery.checkpoint_topic changed name, and an instance cannot declare a first start where the fleet had a position. Set delivery.checkpoint_topic back to {noted}, or carry the marker over with `outbox-router checkpoint move-topic --from {noted}` (or `checkpoint set POSITION`), which commits it on {topic} for the whole fleet")]
     CheckpointTopicMoved {
         topic: String,
         transactional_id: String,

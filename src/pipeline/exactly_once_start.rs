@@ -76,10 +76,14 @@ pub(super) fn choose(
         (Some(s), _) if s.set_by.is_some() && s.commit_seq == 0 => {
             Err(Refusal::UncommittedOperatorRecord(Box::new(s)))
         }
-        (Some(s), Some(m)) if s.commit_seq > m.commit_seq => Ok(Resume::Store {
-            seq: s.commit_seq + 1,
-            checkpoint: s,
-        }),
+        // Ahead only on the marker's own line: a store of an older line (before a lost
+        // topic was recovered, before an operator's move) is stale however it counts.
+        (Some(s), Some(m)) if s.commit_seq > m.commit_seq && s.lineage == m.lineage => {
+            Ok(Resume::Store {
+                seq: s.commit_seq + 1,
+                checkpoint: s,
+            })
+        }
         (_, Some(m)) => Ok(Resume::Marker(m)),
         // Said as what it most likely is: the topic's name changed under the store.
         (Some(_), None) if fleet.is_some_and(|n| n.checkpoint_topic != checkpoint_topic) => {
@@ -158,9 +162,16 @@ fn fleet_note(
 
 /// The checkpoint topic's history of our id, and the fleet's note where it matters.
 fn read_history(config: &Config) -> Result<(MarkerHistory, Option<FleetNote>), PipelineError> {
-    let history =
-        tokio::task::block_in_place(|| sink::marker_history(&config.kafka, &config.delivery))?;
+    let read =
+        || tokio::task::block_in_place(|| sink::marker_history(&config.kafka, &config.delivery));
+    let history = read()?;
     let note = fleet_note(config, &history)?;
+    if note.is_some() && history.marker.is_none() && history.first_start.is_none() {
+        // The note and the first start commit in one transaction, and the topic was
+        // read before the note: another instance may have committed both in between.
+        // Read after the note, the topic shows whatever committed with it.
+        return Ok((read()?, note));
+    }
     Ok((history, note))
 }
 
@@ -214,6 +225,10 @@ fn note_fleet_topic_aside(config: &Config) {
     });
 }
 
+/// How often a first start's record is tried when other writers of the fleet's id fence
+/// it (instances of a fleet started together).
+const FIRST_START_ATTEMPTS: u64 = 5;
+
 /// Whether `run --init` / `checkpoint init` recorded a first start.
 #[derive(Debug, PartialEq, Eq)]
 pub enum FirstStart {
@@ -266,7 +281,9 @@ pub async fn record_first_start(
     let fixed = {
         let mut conn = crate::source::connect(&config.source).await?;
         let flavor = crate::source::server::flavor(&mut conn).await?;
-        super::first_position::first_start_here(config, &mut conn, flavor).await?
+        super::first_position::first_start_here(config, &mut conn, flavor)
+            .await?
+            .map(Checkpoint::new_lineage)
     };
     let mut records = vec![FleetRecord {
         topic: delivery.checkpoint_topic.clone(),
@@ -280,28 +297,55 @@ pub async fn record_first_start(
             .into_bytes(),
         },
     }];
-    if let Some(lock_topic) = config.fleet_lock_topic() {
-        crate::kafka::TopicCreator::new(kafka)
-            .map_err(sink::SinkError::from)?
-            .ensure_compacted(lock_topic, "lock")
-            .map_err(sink::SinkError::from)?;
-        records.push(FleetRecord {
-            topic: lock_topic.to_string(),
-            key: sink::fleet_key(&delivery.transactional_id),
-            value: delivery.checkpoint_topic.clone().into_bytes(),
-        });
+    records.extend(fleet_note_record(config)?);
+    // Of instances recording at once, each fences the one before: a writer fenced (or
+    // failed) looks again with a new one, and finds the other's record or writes its own.
+    let mut attempt = 1;
+    loop {
+        let written = async {
+            let writer = FencingWriter::fence(kafka, &delivery.transactional_id)?;
+            // Every transaction of the id is decided now: another instance may have
+            // recorded since the first look.
+            if let Some(decided) = first_start_state(config, store)? {
+                return Ok(Some(decided));
+            }
+            writer.commit(&records).await?;
+            Ok::<_, PipelineError>(None)
+        };
+        match written.await {
+            Ok(Some(decided)) => return Ok(decided),
+            Ok(None) => break,
+            Err(e @ PipelineError::Sink(_)) if attempt < FIRST_START_ATTEMPTS => {
+                warn!(attempt, error = %e, "recording the first start: another writer of the fleet's id came between; looking again");
+                tokio::time::sleep(std::time::Duration::from_millis(100 * attempt)).await;
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
     }
-    let writer = FencingWriter::fence(kafka, &delivery.transactional_id)?;
-    // Every transaction of the id is decided now: another instance may have recorded
-    // since the first look.
-    if let Some(decided) = first_start_state(config, store)? {
-        return Ok(decided);
-    }
-    writer.commit(&records).await?;
     if let Some(at) = &fixed {
         info!(position = %at.position, "the first start's position, fixed as it was recorded");
     }
     Ok(FirstStart::Recorded)
+}
+
+/// The lock topic's note that the fleet's markers live on `delivery.checkpoint_topic`
+/// (the lock topic created if missing), for a transaction of the fleet's own; `None`
+/// for a single router.
+pub(super) fn fleet_note_record(config: &Config) -> Result<Option<FleetRecord>, PipelineError> {
+    let Some(lock_topic) = config.fleet_lock_topic() else {
+        return Ok(None);
+    };
+    crate::kafka::TopicCreator::new(&config.kafka)
+        .map_err(sink::SinkError::from)?
+        .ensure_compacted(lock_topic, "lock")
+        .map_err(sink::SinkError::from)?;
+    let delivery = &config.delivery;
+    Ok(Some(FleetRecord {
+        topic: lock_topic.to_string(),
+        key: sink::fleet_key(&delivery.transactional_id),
+        value: delivery.checkpoint_topic.clone().into_bytes(),
+    }))
 }
 
 fn refused(config: &Config, refusal: Refusal) -> PipelineError {
@@ -409,6 +453,14 @@ mod tests {
         assert_eq!(
             pick(Some(set.clone()), Some(moved_on.clone()), &nothing()),
             Ok(Resume::Marker(moved_on))
+        );
+        // A checkpoint topic lost and recovered by an operator: marker #1 of a new line
+        // wins over an instance's store of the old line, however high it counted.
+        let old_line = at(900, 57).new_lineage();
+        let recovered = at(400, 1).new_lineage();
+        assert_eq!(
+            pick(Some(old_line), Some(recovered.clone()), &nothing()),
+            Ok(Resume::Marker(recovered))
         );
         // An older build's record, never committed as a marker: refused, not applied.
         let legacy = Checkpoint::new("mysql-bin.000001:50".parse().unwrap(), 0)

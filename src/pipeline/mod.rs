@@ -364,6 +364,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     info!(position = %start, delivered_through = ?checkpoint.delivered_through.as_ref().map(ToString::to_string), by_gtid, tables = ?config.outbox.tables, "streaming binlog");
 
     let (mapper, router) = read::stages(config).await?;
+    let budget = check_in.as_ref().map(|c| c.budget().clone());
     let (tx, rx) = mpsc::channel(CHANNEL_TRANSACTIONS);
     // The claim check writes values a few transactions ahead of the sink.
     let (rx, check_in_task) = match check_in {
@@ -382,7 +383,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         reader,
         mapper,
         router,
-        tx,
+        read::Handoff { tx, budget },
         stop_reading.clone(),
         metrics.clone(),
     ));

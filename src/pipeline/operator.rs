@@ -94,26 +94,18 @@ pub async fn record_operator_position(
         }
     };
     let stored_seq = store.load()?.map_or(0, |s| s.commit_seq);
-    let seq = marker_seq.max(stored_seq) + 1;
+    // Past the newest marker, this store, and a carried marker's own number; a new line,
+    // so no instance's stale store (of the line before) can win over it.
+    let seq = marker_seq.max(stored_seq).max(checkpoint.commit_seq) + 1;
     let command = checkpoint.set_by;
-    let mut committed = checkpoint.committed_as(seq);
+    let mut committed = checkpoint.committed_as(seq).new_lineage();
     committed.set_by = command;
     let mut records = vec![FleetRecord {
         topic: delivery.checkpoint_topic.clone(),
         key: delivery.transactional_id.clone(),
         value: committed.encode(),
     }];
-    if let Some(lock_topic) = config.fleet_lock_topic() {
-        crate::kafka::TopicCreator::new(kafka)
-            .map_err(sink::SinkError::from)?
-            .ensure_compacted(lock_topic, "lock")
-            .map_err(sink::SinkError::from)?;
-        records.push(FleetRecord {
-            topic: lock_topic.to_string(),
-            key: sink::fleet_key(&delivery.transactional_id),
-            value: delivery.checkpoint_topic.clone().into_bytes(),
-        });
-    }
+    records.extend(super::exactly_once_start::fleet_note_record(config)?);
     writer.commit(&records).await?;
     store.save(&committed)?;
     let topic = delivery.checkpoint_topic.clone();

@@ -13,6 +13,7 @@ use crate::monitor::Metrics;
 use crate::outbox::{Mapper, OnInvalid, RowCopy};
 use crate::route::{AvroValues, Batch, CloudEvents, Router};
 use crate::route::{CloudEventsData, ValueFormat};
+use crate::sink::ValueBudget;
 use crate::source::{BinlogReader, Transaction};
 
 /// The outbox and route stages, as configured (schemas loaded and, with a registry,
@@ -56,13 +57,52 @@ pub(super) fn map_and_route(
     Ok(router.route(mapped)?)
 }
 
+/// Where the reader hands its batches: the channel to the next stage, and with a claim
+/// check the byte budget of the values on their way to the bucket.
+pub(super) struct Handoff {
+    pub tx: mpsc::Sender<Batch>,
+    pub budget: Option<ValueBudget>,
+}
+
+impl Handoff {
+    /// Hands `batch` over, waiting for room; `false` when the next stage stopped or
+    /// `stop` came first.
+    async fn send(&self, batch: Batch, stop: &CancellationToken, metrics: &Metrics) -> bool {
+        // Values for the bucket are bounded by bytes: a few 50 MB rows are not held at
+        // once whatever the channel's room in batches.
+        if let Some(budget) = &self.budget {
+            let cost = budget.cost(&batch.records);
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return false,
+                _ = budget.take(cost) => {}
+            }
+        }
+        let permit = match self.tx.try_reserve() {
+            Ok(permit) => permit,
+            Err(mpsc::error::TrySendError::Full(())) => {
+                let blocked = Instant::now();
+                let permit = self.tx.reserve().await;
+                metrics.reader_blocked(blocked.elapsed().as_secs_f64());
+                match permit {
+                    Ok(permit) => permit,
+                    Err(_) => return false, // the acker stopped; it says why
+                }
+            }
+            Err(mpsc::error::TrySendError::Closed(())) => return false,
+        };
+        permit.send(batch);
+        true
+    }
+}
+
 /// Source → outbox → route, one committed transaction at a time.
 pub(super) async fn read_loop(
     policy: InvalidPolicy,
     mut reader: BinlogReader,
     mapper: Mapper,
     router: Router,
-    tx: mpsc::Sender<Batch>,
+    handoff: Handoff,
     stop: CancellationToken,
     metrics: Metrics,
 ) -> Result<(), PipelineError> {
@@ -82,20 +122,9 @@ pub(super) async fn read_loop(
             batch.records.len(),
         );
         crash_point!("read.before_send");
-        let permit = match tx.try_reserve() {
-            Ok(permit) => permit,
-            Err(mpsc::error::TrySendError::Full(())) => {
-                let blocked = Instant::now();
-                let permit = tx.reserve().await;
-                metrics.reader_blocked(blocked.elapsed().as_secs_f64());
-                match permit {
-                    Ok(permit) => permit,
-                    Err(_) => return Ok(()), // the acker stopped; it says why
-                }
-            }
-            Err(mpsc::error::TrySendError::Closed(())) => return Ok(()),
-        };
-        permit.send(batch);
+        if !handoff.send(batch, &stop, &metrics).await {
+            return Ok(());
+        }
     }
 }
 

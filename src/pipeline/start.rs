@@ -73,7 +73,11 @@ pub(super) async fn start_position(
         // starts here too, not at its own "latest"; and of two instances racing through
         // their first start, the one fenced by the other's `init_transactions` fails
         // this commit, so both end up at the same position.
-        let first = checkpoint.committed_as(1);
+        // A first start begins a line of markers (a recorded one carries its own).
+        let first = match checkpoint.lineage {
+            Some(_) => checkpoint.committed_as(1),
+            None => checkpoint.committed_as(1).new_lineage(),
+        };
         transactions.begin()?;
         transactions.commit(Some(first.encode())).await?;
         first

@@ -95,6 +95,30 @@ pub struct Pool {
     /// same).
     pub kafka: crate::kafka::KafkaConfig,
     pub sources: Vec<PoolSource>,
+    /// Sources whose file does not load, or that clash with another: each is its own
+    /// failure, shown by the pool's endpoints; the others run.
+    pub failed: Vec<FailedSource>,
+}
+
+/// A source that cannot run: its name and why (never the file's text: a line can hold
+/// a secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedSource {
+    pub name: String,
+    pub error: String,
+}
+
+impl FailedSource {
+    /// The source of file `path` (its name is the file's stem), failed for `error`.
+    fn of_file(path: &Path, error: String) -> Self {
+        Self {
+            name: path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            error,
+        }
+    }
 }
 
 impl Pool {
@@ -118,7 +142,7 @@ impl Pool {
         })?;
         let file: PoolFile = toml::from_str(&text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            message: crate::config::toml_error(Some(&text), &e),
         })?;
         file.pool.check().map_err(invalid)?;
         let dir = path
@@ -140,14 +164,37 @@ impl Pool {
                 dir.display()
             )));
         }
-        let sources = files
-            .iter()
-            .map(|f| load_source(&file, f))
-            .collect::<Result<Vec<_>, _>>()?;
-        check_distinct(&sources).map_err(invalid)?;
+        // One source's file is that source's failure: a typo in one ConfigMap entry
+        // must not stop the pool's other sources.
+        let (mut sources, mut failed) = (Vec::new(), Vec::new());
+        for f in &files {
+            match load_source(&file, f) {
+                Ok(source) => sources.push(source),
+                Err(e) => failed.push(FailedSource::of_file(f, e.to_string())),
+            }
+        }
+        for (name, why) in conflicts(&sources) {
+            failed.push(FailedSource {
+                name: name.clone(),
+                error: why,
+            });
+            sources.retain(|s| s.name != name);
+        }
+        if sources.is_empty() {
+            let why: Vec<String> = failed
+                .iter()
+                .map(|f| format!("{}: {}", f.name, f.error))
+                .collect();
+            return Err(invalid(format!(
+                "no source of the pool loads: {}",
+                why.join("; ")
+            )));
+        }
         let monitor = toml::Value::Table(file.monitor.clone())
             .try_into()
-            .map_err(|e: toml::de::Error| invalid(format!("monitor: {e}")))?;
+            .map_err(|e: toml::de::Error| {
+                invalid(format!("monitor: {}", crate::config::toml_error(None, &e)))
+            })?;
         // Checked by every source's load, with its secrets resolved there too.
         let kafka = sources[0].config.kafka.clone();
         Ok(Self {
@@ -156,6 +203,7 @@ impl Pool {
             monitor,
             kafka,
             sources,
+            failed,
         })
     }
 
@@ -222,7 +270,7 @@ fn load_source(pool: &PoolFile, path: &Path) -> Result<PoolSource, ConfigError> 
     })?;
     let mut table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
         path: path.to_path_buf(),
-        message: e.to_string(),
+        message: crate::config::toml_error(Some(&text), &e),
     })?;
     for key in SHARED {
         if table.contains_key(key) {
@@ -267,25 +315,40 @@ fn load_source(pool: &PoolFile, path: &Path) -> Result<PoolSource, ConfigError> 
     })
 }
 
-/// Two sources must never share what identifies a stream's progress.
-fn check_distinct(sources: &[PoolSource]) -> Result<(), String> {
+/// Two sources must never share what identifies a stream's progress, nor a replica's
+/// place on one server (one `server_id` on one server: each connection evicts the
+/// other's, forever). Every source of a clashing pair is named, with why.
+fn conflicts(sources: &[PoolSource]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
     for (i, a) in sources.iter().enumerate() {
         for b in &sources[i + 1..] {
-            let same = |what: &str| {
-                Err(format!(
-                    "sources {} and {} have the same {what}: each source needs its own",
-                    a.name, b.name
-                ))
+            let (ca, cb) = (&a.config, &b.config);
+            let what = if ca.delivery.transactional_id == cb.delivery.transactional_id {
+                "delivery.transactional_id".to_string()
+            } else if ca.checkpoint.dir == cb.checkpoint.dir {
+                "checkpoint.dir".to_string()
+            } else if (&ca.source.host, ca.source.port, ca.source.server_id)
+                == (&cb.source.host, cb.source.port, cb.source.server_id)
+            {
+                format!(
+                    "source.server_id ({}) on the same server {}:{}",
+                    ca.source.server_id, ca.source.host, ca.source.port
+                )
+            } else {
+                continue;
             };
-            if a.config.delivery.transactional_id == b.config.delivery.transactional_id {
-                return same("delivery.transactional_id");
-            }
-            if a.config.checkpoint.dir == b.config.checkpoint.dir {
-                return same("checkpoint.dir");
+            let why = format!(
+                "sources {} and {} have the same {what}: each source needs its own; neither runs until one changes",
+                a.name, b.name
+            );
+            for name in [&a.name, &b.name] {
+                if !out.iter().any(|(n, _)| n == name) {
+                    out.push((name.clone(), why.clone()));
+                }
             }
         }
     }
-    Ok(())
+    out
 }
 
 #[cfg(test)]
@@ -353,11 +416,18 @@ transactional_id = "TXID"
     }
 
     #[test]
-    fn a_source_that_could_collide_or_lose_its_position_is_refused() {
+    fn a_source_that_could_collide_or_lose_its_position_fails_alone() {
         let cases = [
             (
                 vec![("a", source(1, "same")), ("b", source(2, "same"))],
+                vec!["a", "b"],
                 "delivery.transactional_id",
+            ),
+            (
+                // One server, one replica id: each connection would evict the other's.
+                vec![("a", source(1, "a")), ("b", source(1, "b"))],
+                vec!["a", "b"],
+                "source.server_id (1) on the same server",
             ),
             (
                 vec![(
@@ -367,6 +437,7 @@ transactional_id = "TXID"
                         "",
                     ),
                 )],
+                vec!["a"],
                 "exactly-once",
             ),
             (
@@ -374,19 +445,50 @@ transactional_id = "TXID"
                     "a",
                     format!("{}\n[kafka]\nbootstrap_servers = \"x\"\n", source(1, "a")),
                 )],
+                vec!["a"],
                 "[kafka] belongs in the pool file",
             ),
             (
                 vec![("a", format!("{}\n[ha]\nenabled = true\n", source(1, "a")))],
+                vec!["a"],
                 "[ha]",
             ),
-            (vec![("bad name", source(1, "a"))], "file name is its name"),
+            (
+                vec![("bad name", source(1, "a"))],
+                vec!["bad name"],
+                "file name is its name",
+            ),
+            (
+                // A typo on a line holding an inline secret: the line is not quoted.
+                vec![(
+                    "typo",
+                    format!("{}\n[x]\npassword = \"canary-secret\n", source(1, "a")),
+                )],
+                vec!["typo"],
+                "line ",
+            ),
         ];
-        for (sources, expected) in cases {
+        for (sources, failing, expected) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let mut all = sources.clone();
+            all.push(("ok", source(9, "ok")));
+            let path = pool_with(dir.path(), "", &all);
+            let pool = Pool::load(&path).unwrap();
+            let running: Vec<&str> = pool.sources.iter().map(|s| s.name.as_str()).collect();
+            assert_eq!(running, ["ok"], "{expected}: {:?}", pool.failed);
+            let mut names: Vec<&str> = pool.failed.iter().map(|f| f.name.as_str()).collect();
+            names.sort();
+            assert_eq!(names, failing, "{expected}");
+            for f in &pool.failed {
+                assert!(f.error.contains(expected), "{expected}: {}", f.error);
+                assert!(!f.error.contains("canary"), "a secret in: {}", f.error);
+            }
+            // Nothing that loads: the pool does not start, naming each.
             let dir = tempfile::tempdir().unwrap();
             let path = pool_with(dir.path(), "", &sources);
             let err = Pool::load(&path).unwrap_err().to_string();
-            assert!(err.contains(expected), "{expected}: {err}");
+            assert!(err.contains("no source of the pool loads"), "{err}");
+            assert!(!err.contains("canary"), "{err}");
         }
     }
 

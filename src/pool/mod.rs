@@ -41,19 +41,57 @@ pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result
     let settings = pool.settings.clone();
     let instance = settings.instance_name();
     let group = settings.group_id.clone();
-    for source in &pool.sources {
-        prepare(source)?;
-    }
-    if init {
-        pool.sources = init_all(std::mem::take(&mut pool.sources)).await?;
-    }
     let view = Arc::new(PoolView::new(instance.clone(), group.clone()));
+    let mut failures = Failures::default();
+    // Sources whose `--init` failed here: each tries again before it starts.
+    let mut init_pending = Vec::new();
+    for failed in std::mem::take(&mut pool.failed) {
+        failures.show(&view, &instance, &failed.name, failed.error);
+    }
+    // Each check is its source's: one that fails is shown failed, the rest start.
+    let (ready, unprepared) = partition_failing(std::mem::take(&mut pool.sources), |s| {
+        prepare(s).map_err(|e| crate::cause_chain(&e))
+    });
+    for (source, why) in unprepared {
+        failures.show(&view, &instance, &source.name, why);
+    }
+    pool.sources = ready;
+    if init {
+        // A stop during the first starts is honoured within the sources' longest
+        // `pipeline.shutdown_timeout_secs`, whatever the brokers do.
+        let bound = pool
+            .sources
+            .iter()
+            .map(|s| s.config.pipeline.shutdown_timeout_secs)
+            .max()
+            .unwrap_or(30);
+        let work = tokio::spawn(init_all(std::mem::take(&mut pool.sources)));
+        let bound = Duration::from_secs(bound);
+        let Some(done) = crate::stop::until_stopped(work, &shutdown, bound).await else {
+            return Ok(());
+        };
+        let (sources, refused) = done.context("--init")?;
+        if shutdown.is_cancelled() {
+            return Ok(());
+        }
+        pool.sources = sources;
+        for (source, why) in refused {
+            failures.show(&view, &instance, &source, why);
+            init_pending.push(source);
+        }
+    }
     let monitor_stop = CancellationToken::new();
     if let Some(addr) = pool.monitor.listen_addr() {
         crate::monitor::serve_pool(addr, view.clone(), monitor_stop.clone())
             .await
             .with_context(|| format!("cannot listen on monitor.listen = {addr}"))?;
     }
+    let (lockable, refused) =
+        tokio::task::block_in_place(|| lockable(&pool.kafka, std::mem::take(&mut pool.sources)));
+    for (source, why) in refused {
+        failures.show(&view, &instance, &source.name, why);
+    }
+    pool.sources = lockable;
     let lock_group = LockGroup {
         group: group.clone(),
         topics: pool.sources.iter().map(|s| s.lock_topic.clone()).collect(),
@@ -64,7 +102,7 @@ pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result
         monitor_stop.cancel();
         return Ok(());
     };
-    info!(%instance, %group, sources = pool.sources.len(), "joined the pool: sources are led where the group assigns them");
+    info!(%instance, %group, sources = pool.sources.len(), failed = failures.0.len(), "joined the pool: sources are led where the group assigns them");
     let mut running = Running {
         init,
         sources: BTreeMap::new(),
@@ -73,10 +111,12 @@ pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result
         instance,
         group,
         shutdown: shutdown.clone(),
+        failures,
     };
     let mut loaded = pool;
     for source in std::mem::take(&mut loaded.sources) {
-        running.start(source);
+        let init = init_pending.contains(&source.name);
+        running.start(source, init);
     }
     let mut hangup = signal(SignalKind::hangup()).context("SIGHUP")?;
     let mut watch = tokio::time::interval(Duration::from_secs(settings.watch_secs.max(1)));
@@ -104,34 +144,99 @@ pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result
 const INIT_CONCURRENCY: usize = 8;
 
 /// `run --init` for every source, `INIT_CONCURRENCY` at a time, before the instance
-/// joins the group (so no source's start races its own first-start record); the first
-/// failure stops the start, naming its source.
-async fn init_all(sources: Vec<PoolSource>) -> Result<Vec<PoolSource>> {
+/// joins the group (so no source's start races its own first-start record). A source
+/// whose first start is refused is named with why and still started: its start says
+/// the same and is retried (an operator's `checkpoint set` fixes it for the fleet),
+/// while the others stream. Bounded by nothing but the sources' own timeouts.
+async fn init_all(sources: Vec<PoolSource>) -> (Vec<PoolSource>, Vec<(String, String)>) {
     let limit = Arc::new(tokio::sync::Semaphore::new(INIT_CONCURRENCY));
     let mut inits = tokio::task::JoinSet::new();
     for (index, source) in sources.into_iter().enumerate() {
         let limit = limit.clone();
         inits.spawn(async move {
             let _permit = limit.acquire_owned().await;
-            init_one(&source).await?;
-            anyhow::Ok((index, source))
+            let init = pipeline::init(&source.config).await;
+            (index, source, init)
         });
     }
-    let mut done = Vec::new();
-    while let Some(init) = inits.join_next().await {
-        done.push(init.context("--init: a source's task")??);
+    let (mut done, mut failed) = (Vec::new(), Vec::new());
+    while let Some(joined) = inits.join_next().await {
+        match joined {
+            Ok((index, source, Ok(init))) => {
+                info!(source = %source.name, recorded = ?init.recorded, "--init: the source's first start");
+                done.push((index, source));
+            }
+            Ok((index, source, Err(e))) => {
+                let why = format!("--init: {}", crate::cause_chain(&anyhow::Error::from(e)));
+                failed.push((source.name.clone(), why));
+                done.push((index, source));
+            }
+            Err(e) => error!(error = %e, "--init: a source's task failed"),
+        }
     }
     done.sort_by_key(|(index, _)| *index);
-    Ok(done.into_iter().map(|(_, source)| source).collect())
+    (done.into_iter().map(|(_, source)| source).collect(), failed)
 }
 
-/// `--init` for one source: its first start recorded where it has none.
-async fn init_one(source: &PoolSource) -> Result<()> {
-    let init = pipeline::init(&source.config)
-        .await
-        .with_context(|| format!("source {}: --init", source.name))?;
-    info!(source = %source.name, recorded = ?init.recorded, "--init: the source's first start");
-    Ok(())
+/// `items` split into those `check` passes and those it fails, with why.
+fn partition_failing<T>(
+    items: Vec<T>,
+    check: impl Fn(&T) -> Result<(), String>,
+) -> (Vec<T>, Vec<(T, String)>) {
+    let (mut ok, mut failed) = (Vec::new(), Vec::new());
+    for item in items {
+        match check(&item) {
+            Ok(()) => ok.push(item),
+            Err(why) => failed.push((item, why)),
+        }
+    }
+    (ok, failed)
+}
+
+/// The sources whose lock topic exists or could be created, and those whose lock topic
+/// the broker refuses for good (an ACL, a name colliding with another topic's, such as
+/// `shop.eu` and `shop_eu`). A transient failure keeps the source: the join retries.
+fn lockable(
+    kafka: &crate::kafka::KafkaConfig,
+    sources: Vec<PoolSource>,
+) -> (Vec<PoolSource>, Vec<(PoolSource, String)>) {
+    let creator = match crate::kafka::TopicCreator::new(kafka) {
+        Ok(creator) => creator,
+        // The join says why, and retries.
+        Err(_) => return (sources, Vec::new()),
+    };
+    partition_failing(sources, |s| {
+        match creator.ensure_compacted(&s.lock_topic, "lock") {
+            Err(e) if !e.is_transient() => Err(format!("its lock topic {}: {e}", s.lock_topic)),
+            _ => Ok(()),
+        }
+    })
+}
+
+/// The sources shown failed by this instance, with why: each logged once per cause.
+#[derive(Default)]
+struct Failures(BTreeMap<String, String>);
+
+impl Failures {
+    /// Shows `name` failed for `why` (a source not running on this instance).
+    fn show(&mut self, view: &PoolView, instance: &str, name: &str, why: String) {
+        if self.0.get(name) != Some(&why) {
+            error!(source = %name, error = %why, "the source cannot run; the pool's other sources go on");
+        }
+        let metrics = view
+            .metrics_of(name)
+            .unwrap_or_else(|| Metrics::for_source(name));
+        metrics.set_role(Role::Standby, Some(instance));
+        metrics.set_standby_check(Err(format!("the source cannot run: {why}")));
+        metrics.set_failure(Some(why.clone()));
+        view.insert(name, metrics);
+        self.0.insert(name.to_string(), why);
+    }
+
+    /// `name` runs again (or is gone): no longer shown failed by this table.
+    fn clear(&mut self, name: &str) {
+        self.0.remove(name);
+    }
 }
 
 /// What a source needs before it may run: a build that honours its Kafka properties;
@@ -155,6 +260,7 @@ struct Running {
     instance: String,
     group: String,
     shutdown: CancellationToken,
+    failures: Failures,
 }
 
 struct SourceTask {
@@ -167,7 +273,7 @@ struct SourceTask {
 impl Running {
     /// Starts `source`'s task (its lock topic must be subscribed); keeps the metrics of
     /// a source restarted for a change, so its counters go on.
-    fn start(&mut self, source: PoolSource) {
+    fn start(&mut self, source: PoolSource, init: bool) {
         let metrics = self
             .view
             .metrics_of(&source.name)
@@ -180,7 +286,12 @@ impl Running {
             let (source, metrics, stop) = (source.clone(), metrics.clone(), stop.clone());
             let (instance, group) = (self.instance.clone(), self.group.clone());
             tokio::spawn(async move {
-                lead_source(&source, metrics, &lease, &instance, &group, &stop).await
+                let pooled = Pooled {
+                    lease: &lease,
+                    instance: &instance,
+                    group: &group,
+                };
+                lead_source(&source, metrics, pooled, init, &stop).await
             })
         };
         let name = source.name.clone();
@@ -211,9 +322,12 @@ impl Running {
     }
 
     /// Reads the pool again and applies what changed in its sources; a pool file that
-    /// no longer loads changes nothing (the running sources go on).
+    /// no longer loads changes nothing (the running sources go on). Each source's
+    /// trouble is its own: a file that no longer loads leaves that source running as
+    /// loaded before; one that cannot start is shown failed; and no source is left
+    /// stopped while this instance holds its lock.
     async fn reload(&mut self, path: &Path, started: &Pool) {
-        let pool = match Pool::load(path) {
+        let mut pool = match Pool::load(path) {
             Ok(pool) => pool,
             Err(e) => {
                 error!(error = %crate::cause_chain(&e.into()), "pool reload refused; the running sources go on unchanged");
@@ -223,6 +337,37 @@ impl Running {
         if format!("{:?}", pool.settings) != format!("{:?}", started.settings) {
             warn!("pool reload: [pool] changed; the group, lock topics and endpoint take the change at the next start");
         }
+        // A running source whose file broke runs on; any other is shown failed.
+        let mut still_failing = Vec::new();
+        for failed in std::mem::take(&mut pool.failed) {
+            if self.sources.contains_key(&failed.name) {
+                if self.failures.0.get(&failed.name) != Some(&failed.error) {
+                    error!(source = %failed.name, error = %failed.error, "pool reload: the source's file no longer loads; it runs on as loaded before");
+                    self.failures.0.insert(failed.name.clone(), failed.error);
+                }
+            } else {
+                self.failures
+                    .show(&self.view, &self.instance, &failed.name, failed.error);
+            }
+            still_failing.push(failed.name);
+        }
+        // No longer failing: running again, or gone from the directory.
+        let stale: Vec<String> = self
+            .failures
+            .0
+            .keys()
+            .filter(|n| !still_failing.contains(n))
+            .filter(|n| {
+                self.sources.contains_key(*n) || !pool.sources.iter().any(|s| &s.name == *n)
+            })
+            .cloned()
+            .collect();
+        for name in stale {
+            self.failures.clear(&name);
+            if !self.sources.contains_key(&name) {
+                self.view.remove(&name);
+            }
+        }
         let keep = |s: &PoolSource| {
             self.sources
                 .get(&s.name)
@@ -230,7 +375,12 @@ impl Running {
         };
         let (unchanged, changed): (Vec<PoolSource>, Vec<PoolSource>) =
             pool.sources.into_iter().partition(|s| keep(s));
-        let unchanged: Vec<String> = unchanged.into_iter().map(|s| s.name).collect();
+        let mut unchanged: Vec<String> = unchanged.into_iter().map(|s| s.name).collect();
+        unchanged.extend(
+            still_failing
+                .into_iter()
+                .filter(|n| self.sources.contains_key(n)),
+        );
         let to_stop: Vec<String> = self
             .sources
             .keys()
@@ -240,15 +390,30 @@ impl Running {
         if to_stop.is_empty() && changed.is_empty() {
             return;
         }
-        let mut starting = Vec::new();
-        for source in changed {
-            match prepare(&source) {
-                Ok(()) => starting.push(source),
-                Err(e) => {
-                    error!(source = %source.name, error = %crate::cause_chain(&e), "pool reload: the source is not started")
-                }
+        let subscribed = |s: &PoolSource| self.sources.contains_key(&s.name);
+        let (prepared, unprepared) =
+            partition_failing(changed, |s| prepare(s).map_err(|e| crate::cause_chain(&e)));
+        // A new source's lock topic is checked before anything stops: one the broker
+        // refuses is that source's failure, not the reload's.
+        let (new, restarting): (Vec<PoolSource>, Vec<PoolSource>) =
+            prepared.into_iter().partition(|s| !subscribed(s));
+        let kafka = started.kafka.clone();
+        let (new, refused) = tokio::task::block_in_place(|| lockable(&kafka, new));
+        let mut starting = restarting;
+        starting.extend(new);
+        for (source, why) in unprepared.into_iter().chain(refused) {
+            if !subscribed(&source) {
+                self.failures
+                    .show(&self.view, &self.instance, &source.name, why);
+            } else {
+                error!(source = %source.name, error = %why, "pool reload: the changed source cannot start; it runs on as loaded before");
+                unchanged.push(source.name);
             }
         }
+        let to_stop: Vec<String> = to_stop
+            .into_iter()
+            .filter(|n| !unchanged.contains(n))
+            .collect();
         for name in &to_stop {
             let restarted = starting.iter().any(|s| &s.name == name);
             info!(source = %name, restarted, "pool reload: stopping the source (draining, committing)");
@@ -259,22 +424,31 @@ impl Running {
         }
         let mut topics: Vec<String> = unchanged
             .iter()
-            .map(|n| self.sources[n].source.lock_topic.clone())
+            .filter_map(|n| self.sources.get(n))
+            .map(|t| t.source.lock_topic.clone())
             .collect();
         topics.extend(starting.iter().map(|s| s.lock_topic.clone()));
         if let Err(e) = self.lock.resubscribe(&started.kafka, &topics).await {
-            error!(error = %e, "pool reload: cannot subscribe to the sources' lock topics; added sources wait for the next reload");
+            // The subscription is as it was: a restarted source still holds its lock
+            // here and starts again (never left unled); a new one waits for the next
+            // reload, shown failed.
+            let why =
+                format!("cannot subscribe to its lock topic yet ({e}); retried at the next reload");
+            for source in starting {
+                if to_stop.contains(&source.name) {
+                    self.start(source, false);
+                } else {
+                    self.failures
+                        .show(&self.view, &self.instance, &source.name, why.clone());
+                }
+            }
             return;
         }
         for source in starting {
             let new = !to_stop.contains(&source.name);
-            if new && self.init {
-                if let Err(e) = init_one(&source).await {
-                    error!(error = %crate::cause_chain(&e), "the added source's first start was not recorded; its start says why")
-                }
-            }
             info!(source = %source.name, new, "pool reload: source started");
-            self.start(source);
+            // `run --init`: an added source's first start, recorded as its task begins.
+            self.start(source, new && self.init);
         }
     }
 }
@@ -308,18 +482,12 @@ async fn join(
 async fn lead_source(
     source: &PoolSource,
     metrics: Metrics,
-    lease: &Lease,
-    instance: &str,
-    group: &str,
+    pooled: Pooled<'_>,
+    mut init: bool,
     shutdown: &CancellationToken,
 ) {
-    let name = &source.name;
+    let (name, instance) = (&source.name, pooled.instance);
     let config = &source.config;
-    let pooled = Pooled {
-        lease,
-        instance,
-        group,
-    };
     let dir = &config.checkpoint.dir;
     // The store is a cache of the commit marker: a source moves to instances that never
     // led it. With it, `status --source` calls the source starting or standby, not
@@ -334,6 +502,27 @@ async fn lead_source(
         }
     }
     loop {
+        // `run --init` not done for this source yet (added by a reload, or its first
+        // start refused or unreachable at launch): before anything else, retried.
+        if init {
+            match pipeline::init(config).await {
+                Ok(done) => {
+                    info!(source = %name, recorded = ?done.recorded, "--init: the source's first start");
+                    init = false;
+                }
+                Err(e) => {
+                    let why = format!("--init: {}", crate::cause_chain(&anyhow::Error::from(e)));
+                    error!(source = %name, error = %why, retry_secs = SOURCE_RETRY.as_secs(), "the source's first start is not recorded; the pool's other sources go on");
+                    metrics.set_role(Role::Standby, Some(instance));
+                    metrics.set_standby_check(Err(format!("the source cannot start: {why}")));
+                    metrics.set_failure(Some(why));
+                    tokio::select! {
+                        _ = tokio::time::sleep(SOURCE_RETRY) => continue,
+                        _ = shutdown.cancelled() => return,
+                    }
+                }
+            }
+        }
         let result =
             pipeline::run_pooled(config, shutdown.child_token(), metrics.clone(), pooled).await;
         if shutdown.is_cancelled() {
@@ -349,6 +538,7 @@ async fn lead_source(
                 error!(source = %name, error = %why, retry_secs = SOURCE_RETRY.as_secs(), "the source stopped; the pool's other sources go on");
                 metrics.set_role(Role::Standby, Some(instance));
                 metrics.set_standby_check(Err(format!("the source stopped: {why}")));
+                metrics.set_failure(Some(why));
                 tokio::select! {
                     _ = tokio::time::sleep(SOURCE_RETRY) => {}
                     _ = shutdown.cancelled() => return,

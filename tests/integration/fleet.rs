@@ -29,7 +29,7 @@ fn checkpoint_topic(setup: &RouterSetup) -> String {
 }
 
 /// Deletes `topic` and waits until the broker no longer lists it.
-async fn delete_topic(topic: &str) {
+pub(crate) async fn delete_topic(topic: &str) {
     let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", kafka_bootstrap())
         .create()
@@ -53,19 +53,6 @@ async fn delete_topic(topic: &str) {
         }
         assert!(std::time::Instant::now() < deadline, "{topic} still listed");
         tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Waits until `n` distinct event ids are in the topics (offsets count transaction
-/// markers too); returns how many there are.
-fn wait_ids(topics: &[String], n: usize, timeout: Duration) -> usize {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let ids: std::collections::HashSet<String> = read_all(topics).iter().map(Msg::id).collect();
-        if ids.len() >= n || std::time::Instant::now() > deadline {
-            return ids.len();
-        }
-        std::thread::sleep(Duration::from_millis(300));
     }
 }
 
@@ -126,7 +113,7 @@ async fn delivered_and_stopped(p: &Pair) {
     let mut b = p.b.start_router_with(&[], INIT);
     wait_standby_ready(p.b.monitor_port, &b).await;
     write_stream(p.a.db.clone(), 0, 20, 10, 7).await;
-    assert_eq!(wait_ids(&p.topics, 200, Duration::from_secs(60)), 200);
+    assert_eq!(wait_for_ids(&p.topics, 200, Duration::from_secs(60)), 200);
     b.stop(Duration::from_secs(30));
     a.stop(Duration::from_secs(30));
 }
@@ -171,7 +158,8 @@ async fn a_deleted_checkpoint_topic_is_refused_by_the_instance_that_never_led() 
 
 /// The other order, and the other way to lose the topic: `delivery.checkpoint_topic`
 /// renamed in both configs; the old leader starts first, then the instance that never
-/// led. Both refuse naming the old topic.
+/// led. Both refuse naming the old topic; `checkpoint move-topic` carries the marker
+/// over, and every row arrives once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_renamed_checkpoint_topic_is_refused_in_the_other_order_too() {
     let _settings = SERVER_SETTINGS.read().await;
@@ -189,7 +177,25 @@ async fn a_renamed_checkpoint_topic_is_refused_in_the_other_order_too() {
     assert!(log.contains(&old), "{log}");
     let log = expect_refused(&p.b, "the instance that never led");
     assert!(log.contains(&old), "{log}");
-    recover_and_count(&p, "renamed checkpoint topic, old leader first").await;
+    assert!(log.contains("checkpoint move-topic --from"), "{log}");
+    // The explicit move: the marker carried over for the fleet.
+    let out = p.b.cli(&["checkpoint", "move-topic", "--from", &old]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("carried over") && said.contains("whole fleet"),
+        "{said}"
+    );
+    let [(mut leader, _), (mut standby, _)] = start_both(&p).await;
+    drain_and_stop(&mut leader, &p.topics, 400);
+    standby.stop(Duration::from_secs(30));
+    let duplicates = check_stream(&p.topics, 400);
+    println!("fleet renamed checkpoint topic, moved: events=400 lost=0 duplicates={duplicates}");
+    assert_eq!(duplicates, 0);
 }
 
 /// `latest` is fixed when the first start is recorded, not when some instance first
@@ -212,7 +218,7 @@ async fn a_first_start_begins_where_it_was_recorded_whoever_leads() {
     let mut a = p.a.start_router_with(&[], INIT);
     wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
     write_stream(p.a.db.clone(), 10, 10, 10, 7).await;
-    let arrived = wait_ids(&p.topics, 200, Duration::from_secs(60));
+    let arrived = wait_for_ids(&p.topics, 200, Duration::from_secs(60));
     assert_eq!(
         arrived,
         200,
@@ -239,7 +245,7 @@ async fn checkpoint_set_on_a_standby_takes_effect_for_the_fleet_at_once() {
     let mut b = p.b.start_router_with(&[], INIT);
     wait_standby_ready(p.b.monitor_port, &b).await;
     write_stream(p.a.db.clone(), 0, 30, 10, 7).await;
-    assert_eq!(wait_ids(&p.topics, 300, Duration::from_secs(60)), 300);
+    assert_eq!(wait_for_ids(&p.topics, 300, Duration::from_secs(60)), 300);
 
     // The standby stopped, the operator sets the current position on it.
     b.stop(Duration::from_secs(30));
@@ -263,7 +269,7 @@ async fn checkpoint_set_on_a_standby_takes_effect_for_the_fleet_at_once() {
     // Restarted as the chart would; 1,000 rows; the leader killed; the other takes over.
     let [(mut leader, _), (standby, standby_setup)] = start_both(&p).await;
     write_stream(p.a.db.clone(), 31, 100, 10, 7).await;
-    assert_eq!(wait_ids(&p.topics, 1310, Duration::from_secs(60)), 1310);
+    assert_eq!(wait_for_ids(&p.topics, 1310, Duration::from_secs(60)), 1310);
     leader.kill9();
     wait_streaming(
         standby_setup.monitor_port,
@@ -276,7 +282,7 @@ async fn checkpoint_set_on_a_standby_takes_effect_for_the_fleet_at_once() {
     drop(killed);
     let mut leader = standby;
     let total = 1400;
-    let seen = wait_ids(&p.topics, total, Duration::from_secs(60));
+    let seen = wait_for_ids(&p.topics, total, Duration::from_secs(60));
     let duplicates = check_stream(&p.topics, total);
     println!(
         "fleet checkpoint set on a standby: events={total} seen={seen} duplicates={duplicates}"
@@ -290,7 +296,7 @@ async fn checkpoint_set_on_a_standby_takes_effect_for_the_fleet_at_once() {
     // the instance that is down; the leader is fenced, and those 100 arrive again.
     let (file, offset) = binlog_position(&mut conn).await;
     write_stream(p.a.db.clone(), 140, 10, 10, 7).await;
-    assert_eq!(wait_ids(&p.topics, 1500, Duration::from_secs(60)), 1500);
+    assert_eq!(wait_for_ids(&p.topics, 1500, Duration::from_secs(60)), 1500);
     let down = if std::ptr::eq(standby_setup, &p.a) {
         &p.b
     } else {

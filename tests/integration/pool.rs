@@ -426,7 +426,9 @@ async fn a_failing_source_stops_only_itself() {
     std::fs::write(&broken, text).unwrap();
     let writers: Vec<Writer> = (0..pool.sources.len()).map(|i| pool.writer(i)).collect();
     let pa = monitor_port();
-    // The first start is recorded on Kafka: --init needs no database.
+    // The broken source's first start needs its database (its position is fixed when
+    // recorded): refused at launch, it is tried again with the source, and recorded
+    // once the password is fixed.
     let mut a = pool.start("a", pa, &["--init"]);
     let healthy = [pool.names[0].clone(), pool.names[2].clone()];
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -534,4 +536,261 @@ async fn sources_are_added_and_removed_without_a_restart() {
         "the removed source: read_committed duplicates"
     );
     finish_sources(&pool, writers, &mut [&mut a, &mut b]).await;
+}
+
+/// Waits until each of `names` streams on exactly one of the instances on `ports`.
+async fn wait_led(ports: &[u16], names: &[String], logs: &[&RouterProcess]) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let mut led = Vec::new();
+        for port in ports {
+            led.extend(streaming_sources(*port).await.unwrap_or_default());
+        }
+        if names
+            .iter()
+            .all(|n| led.iter().filter(|l| *l == n).count() == 1)
+        {
+            return;
+        }
+        if Instant::now() > deadline {
+            let logs: Vec<String> = logs.iter().map(|p| p.log()).collect();
+            panic!("{names:?} not led: {led:?}\n{}", logs.join("\n======\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `outbox_router_source_failed` of `source` on the instance at `port`.
+async fn source_failed(port: u16, source: &str) -> Option<f64> {
+    let (_, body) = try_http_get(port, "/metrics").await?;
+    body.lines().find_map(|l| {
+        l.strip_prefix("outbox_router_source_failed{")
+            .filter(|rest| rest.contains(&format!("source=\"{source}\"")))
+            .and_then(|rest| rest.rsplit(' ').next()?.parse().ok())
+    })
+}
+
+/// A source's own trouble at start is that source's: a file that does not parse (a
+/// typo beside an inline secret), a lock topic the broker refuses (`x.eu` and `x_eu`
+/// collide), a first start refused (its marker deleted), a database that is not there.
+/// Before, any of them made every instance exit at its next start ("config file … is
+/// invalid"): every source of the pool stopped. Now a restarted instance leads the
+/// healthy sources, each broken one is named in the log, `/status` and
+/// `outbox_router_source_failed`, the secret nowhere, and nothing is lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_sources_trouble_at_start_stops_only_that_source() {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let _settings = SERVER_SETTINGS.read().await;
+    let pool = Pool::new("poolbad", 2).await;
+    let (pa, pb) = (monitor_port(), monitor_port());
+    let mut a = pool.start("a", pa, &["--init"]);
+    let mut b = pool.start("b", pb, &["--init"]);
+    wait_led(&[pa, pb], &pool.names, &[&a, &b]).await;
+    let writers: Vec<Writer> = (0..pool.sources.len()).map(|i| pool.writer(i)).collect();
+
+    // The broken sources, as a ConfigMap edit would bring them.
+    let dir = pool.dir.path().join("sources.d");
+    let healthy = std::fs::read_to_string(dir.join(format!("{}.toml", pool.names[0]))).unwrap();
+    let pid = std::process::id();
+    let variant = |name: &str, server_id: u32| {
+        let txid = format!("it-{name}-{pid}");
+        let text = healthy
+            .lines()
+            .map(|l| match l.split(" = ").next() {
+                Some("transactional_id") => format!("transactional_id = \"{txid}\""),
+                Some("checkpoint_topic") => {
+                    format!("checkpoint_topic = \"it.checkpoints.{name}.{pid}\"")
+                }
+                Some("server_id") => format!("server_id = {server_id}"),
+                // A database that is not there: it never streams another's outbox.
+                Some("tables") => format!("tables = [\"nodb_{pid}.outbox\"]"),
+                _ => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(dir.join(format!("{name}.toml")), text).unwrap();
+        (txid, format!("it.checkpoints.{name}.{pid}"))
+    };
+    std::fs::write(
+        dir.join("typo.toml"),
+        "[source]\nhost = \"127.0.0.1\"\npassword = \"canary-pw-7431\n",
+    )
+    .unwrap();
+    let base = unique("poolbad-x").1;
+    variant("x.eu", base);
+    variant("x_eu", base + 1);
+    // A first start that must be refused: the source's marker was deleted (tombstone).
+    let (dead_txid, dead_topic) = variant("xdead", base + 2);
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .create()
+        .unwrap();
+    admin
+        .create_topics(
+            &[NewTopic::new(&dead_topic, 1, TopicReplication::Fixed(1))
+                .set("cleanup.policy", "compact")],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap();
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .create()
+        .unwrap();
+    producer
+        .send(
+            FutureRecord::<str, [u8]>::to(&dead_topic)
+                .partition(0)
+                .key(&dead_txid),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+
+    // A rolling update: a restarts with the chart's command, then b.
+    for (who, port, name) in [(&mut a, pa, "a"), (&mut b, pb, "b")] {
+        let status = who.stop(Duration::from_secs(60));
+        assert!(status.success(), "{status}:\n{}", who.log());
+        *who = pool.start(name, port, &["--init"]);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            who.wait(Duration::ZERO).is_none(),
+            "{name} exited:\n{}",
+            who.log()
+        );
+    }
+    wait_led(&[pa, pb], &pool.names, &[&a, &b]).await;
+    // Each broken source named, on the instance that found it broken.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for broken in ["typo", "x_eu", "xdead", "x.eu"] {
+        loop {
+            let failed = [
+                source_failed(pa, broken).await,
+                source_failed(pb, broken).await,
+            ];
+            if failed.contains(&Some(1.0)) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{broken} not shown failed: {failed:?}\n{}\n=====\n{}",
+                a.log(),
+                b.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let (_, status) = http_get(pa, "/sources/typo/status").await;
+    assert!(
+        status.contains("failure") && status.contains("typo.toml"),
+        "{status}"
+    );
+    // Named on whichever instance found its lock topic refused.
+    let (_, x_eu_a) = http_get(pa, "/sources/x_eu/status").await;
+    let (_, x_eu_b) = http_get(pb, "/sources/x_eu/status").await;
+    assert!(
+        x_eu_a.contains("lock topic") || x_eu_b.contains("lock topic"),
+        "a: {x_eu_a}\nb: {x_eu_b}\n{}\n=====\n{}",
+        a.log(),
+        b.log()
+    );
+    for port in [pa, pb] {
+        for path in ["/metrics", "/status", "/health", "/sources/typo/status"] {
+            let (_, body) = http_get(port, path).await;
+            assert!(!body.contains("canary-pw-7431"), "the secret in {path}");
+        }
+    }
+    for who in [&a, &b] {
+        let log = who.log();
+        assert!(log.contains("source=typo"), "{log}");
+        assert!(
+            !log.contains("canary-pw-7431"),
+            "the secret in the log:\n{log}"
+        );
+    }
+    finish(&pool, writers, &mut [&mut a, &mut b]).await;
+}
+
+/// The fleet contract in a pool: one source led by instance a, its checkpoint topic
+/// deleted while the pool is down, rows written meanwhile. Instance b, which never led
+/// it, starts first with `--init` (the chart's start): before, it recorded a first start
+/// and streamed from `latest`, skipping every row. Now the source fails on b (the lock
+/// topic notes where its markers lived), and on a (its store has no marker); the
+/// operator's `checkpoint set --source` commits the old leader's position for the
+/// fleet, and every row arrives once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_never_led_here_refuses_a_lost_checkpoint_topic() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let pool = Pool::new("poolfleet", 1).await;
+    let name = pool.names[0].clone();
+    let topics = pool.topics(0);
+    let db = pool.sources[0].db.clone();
+    let (pa, pb) = (monitor_port(), monitor_port());
+    let mut a = pool.start("a", pa, &["--init"]);
+    wait_led(&[pa], &pool.names, &[&a]).await;
+    write_stream(db.clone(), 0, 20, 10, 7).await;
+    assert_eq!(
+        wait_for_ids(&topics, 200, Duration::from_secs(120)),
+        200,
+        "{}",
+        a.log()
+    );
+    assert!(a.stop(Duration::from_secs(60)).success());
+    let checkpoint_topic = format!("it.checkpoints.{name}.{}", std::process::id());
+    crate::fleet::delete_topic(&checkpoint_topic).await;
+    write_stream(db.clone(), 20, 20, 10, 7).await;
+
+    let mut b = pool.start("b", pb, &["--init"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while source_failed(pb, &name).await != Some(1.0) {
+        assert!(
+            Instant::now() < deadline,
+            "b: {name} not failed:\n{}",
+            b.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(streaming_sources(pb).await.unwrap_or_default().is_empty());
+    let (_, status) = http_get(pb, &format!("/sources/{name}/status")).await;
+    assert!(status.contains("lock topic"), "{status}");
+
+    // The old leader's position, carried over by the operator for the fleet.
+    let cli = |args: &[&str]| {
+        std::process::Command::new(router_bin())
+            .arg("--config")
+            .arg(pool.file("a", pa))
+            .args(["--source", &name])
+            .args(args)
+            .env("IT_CDC_PASSWORD", "cdc-secret")
+            .output()
+            .unwrap()
+    };
+    let shown: serde_json::Value =
+        serde_json::from_slice(&cli(&["checkpoint", "show", "--json"]).stdout).unwrap();
+    let position = format!(
+        "{}:{}",
+        shown["position"]["file"].as_str().unwrap(),
+        shown["position"]["offset"]
+    );
+    let set = cli(&["checkpoint", "set", &position]);
+    let said = String::from_utf8_lossy(&set.stdout);
+    assert!(
+        set.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    assert!(said.contains("whole fleet"), "{said}");
+    let mut a = pool.start("a", pa, &["--init"]);
+    assert_eq!(
+        wait_for_ids(&topics, 400, Duration::from_secs(120)),
+        400,
+        "{}\n=====\n{}",
+        a.log(),
+        b.log()
+    );
+    for p in [&mut a, &mut b] {
+        assert!(p.stop(Duration::from_secs(60)).success(), "{}", p.log());
+    }
+    assert_eq!(check_stream(&topics, 400), 0);
 }

@@ -456,3 +456,38 @@ async fn status_tells_starting_from_running_from_stopped() {
         assert_eq!(code, Some(1), "a stopped router is a warning: {st}");
     }
 }
+
+/// SIGTERM while `run --init` waits on a broker that does not answer (a first start
+/// during an outage, or an orchestrator stopping a pod mid-start): honoured within
+/// `pipeline.shutdown_timeout_secs`. Before, the marker read, the topic creation and the
+/// first-start send ran on to their own minute-long timeouts.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_during_run_init_is_honoured_within_the_shutdown_timeout() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (_conn, mut setup) = fresh("signals_init_term").await;
+    setup.delivery(Some(&exactly_once_delivery("signals_init_term", false)));
+    // Nothing listens there: every Kafka call waits out its own timeout.
+    setup.kafka_bootstrap = "127.0.0.1:9".into();
+    setup.pipeline_toml = "shutdown_timeout_secs = 3".into();
+    let mut router = setup.start_router_with(&[], &["--init"]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(router.wait(Duration::ZERO).is_none(), "{}", router.log());
+    let asked = Instant::now();
+    router.signal_term();
+    let status = router.wait(Duration::from_secs(30));
+    let took = asked.elapsed();
+    println!(
+        "SIGTERM during run --init: exited {status:?} after {} ms",
+        took.as_millis()
+    );
+    assert!(
+        status.is_some(),
+        "still running 30 s after SIGTERM:\n{}",
+        router.log()
+    );
+    assert!(
+        took < Duration::from_secs(3 + 3),
+        "{took:?}:\n{}",
+        router.log()
+    );
+}

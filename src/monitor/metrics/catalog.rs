@@ -110,6 +110,8 @@ catalog! {
     kafka_transactions: Counter => Counter "kafka_transactions" [];
     /// 1 while this instance streams: the leader under [ha], or the only instance
     leader: IntGauge => Gauge "leader" [];
+    /// 1 while this source is stopped by a failure of its own (its file does not load, its first start or lock topic is refused, or it stopped with an error and is retried); the cause is in /status
+    source_failed: IntGauge => Gauge "source_failed" [];
     /// 1 while this standby could take over: it reached the source and Kafka at its last check (ha.standby_check_secs)
     standby_ready: IntGauge => Gauge "standby_ready" [];
     /// Times this instance took the lock and started streaming

@@ -313,6 +313,10 @@ impl Metrics {
     /// Marks the binlog stream connected or not.
     pub fn set_connected(&self, connected: bool) {
         self.0.m.connected.set(i64::from(connected));
+        // A source that streams has no failure of its own.
+        if connected {
+            self.set_failure(None);
+        }
     }
     /// True while the binlog stream is connected.
     pub fn is_connected(&self) -> bool {

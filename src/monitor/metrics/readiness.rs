@@ -66,6 +66,13 @@ impl Metrics {
             .role
             .standby_check = check;
     }
+    /// Why this source is stopped by a failure of its own (`None`: it is not): its file
+    /// does not load, its first start or lock topic is refused, or it stopped with an
+    /// error and waits to be retried.
+    pub fn set_failure(&self, why: Option<String>) {
+        self.0.m.source_failed.set(i64::from(why.is_some()));
+        self.0.state.lock().expect("metrics state").role.failure = why;
+    }
     /// The lock was taken and the stream connected `after` the assignment.
     pub fn took_over(&self, after: Duration) {
         self.0.m.takeovers.inc();

@@ -87,9 +87,13 @@ impl Metrics {
     pub fn live(&self) -> Live {
         let progress = &self.0.progress;
         let readiness = self.readiness();
-        let (role, instance) = {
+        let (role, instance, failure) = {
             let state = self.0.state.lock().expect("metrics state");
-            (state.role.role, state.role.instance.clone())
+            (
+                state.role.role,
+                state.role.instance.clone(),
+                state.role.failure.clone(),
+            )
         };
         Live {
             ready: readiness.is_ok(),
@@ -99,6 +103,7 @@ impl Metrics {
             reader_position: self.reader_position().map(|p| p.to_string()),
             role,
             instance,
+            failure,
         }
     }
     /// Lag from what the router holds: now minus the commit time of the oldest

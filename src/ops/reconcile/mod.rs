@@ -74,8 +74,8 @@ pub async fn reconcile(
         // A claim-checked record carries the reference to its value, not the value.
         let reference = match (&config.claim_check, r.claim_check) {
             (Some(cc), true) => {
-                let size = r.value.as_ref().map_or(0, Vec::len);
-                Some(cc.reference(&r.topic, &r.event.id, size).value())
+                let value = r.value.as_deref().unwrap_or_default();
+                Some(cc.reference(&r.topic, &r.event.id, value).value())
             }
             _ => None,
         };

@@ -23,9 +23,16 @@ pub struct ClaimCheckConfig {
     /// Aggregate types (route values) whose every value is written to the bucket.
     #[serde(default)]
     pub aggregate_types: BTreeSet<String>,
-    /// Put before every object key (`<prefix><topic>/<event id>`).
+    /// Put before every object key (`<prefix><topic>/<event id>/<sha-256 of the value>`).
     #[serde(default = "default_prefix")]
     pub prefix: String,
+    /// Bytes of values read from the binlog and not yet written to the bucket: reading
+    /// waits above it (a larger value goes alone).
+    #[serde(
+        default = "default_max_pending_bytes",
+        deserialize_with = "crate::units::bytes"
+    )]
+    pub max_pending_bytes: usize,
     /// The S3 endpoint (`https://…`); unset: AWS S3 in `region`, or `AWS_ENDPOINT`.
     #[serde(default)]
     pub endpoint: Option<String>,
@@ -111,19 +118,23 @@ impl ClaimCheckConfig {
         Ok(())
     }
 
-    /// The reference a record of `topic` carrying event `id` gets for a value of `size`
-    /// bytes.
-    pub fn reference(&self, topic: &str, id: &crate::outbox::EventId, size: usize) -> Reference {
+    /// The reference a record of `topic` carrying event `id` gets for `value`.
+    pub fn reference(&self, topic: &str, id: &crate::outbox::EventId, value: &[u8]) -> Reference {
         Reference {
             bucket: self.bucket.clone(),
-            key: object_key(&self.prefix, topic, id).to_string(),
-            size,
+            key: object_key(&self.prefix, topic, id, value).to_string(),
+            size: value.len(),
         }
     }
 }
 
 fn default_threshold() -> usize {
     256 * 1024
+}
+fn default_max_pending_bytes() -> usize {
+    // With 50 MB rows: one value in the bucket's hands, one read and waiting, one in the
+    // binlog reader's buffer — about 150 MB, within the chart's 192 MiB request.
+    64 << 20
 }
 fn default_prefix() -> String {
     "outbox/".into()

@@ -7,13 +7,15 @@
 //! (the operator commands' republished rows). Either way the object exists before its
 //! record is handed over: before it can be acknowledged, and before an exactly-once
 //! transaction holding it can commit. A crash between the two leaves an object without
-//! a record (the re-sent record overwrites it, same key); never a record without its
-//! object.
+//! a record (the re-sent record writes the same bytes under the same key, the value's
+//! hash); never a record without its object, and never an object whose bytes change.
 
+mod budget;
 mod config;
 mod reference;
 mod store;
 
+pub use budget::ValueBudget;
 pub use config::ClaimCheckConfig;
 pub use reference::Reference;
 pub use store::Bucket;
@@ -41,6 +43,7 @@ const BATCHES_AHEAD: usize = 4;
 pub struct CheckIn {
     bucket: Bucket,
     metrics: Metrics,
+    budget: ValueBudget,
 }
 
 impl CheckIn {
@@ -49,7 +52,14 @@ impl CheckIn {
         Ok(Self {
             bucket: Bucket::new(cfg).map_err(SinkError::ClaimCheckSetup)?,
             metrics: metrics.clone(),
+            budget: ValueBudget::new(cfg.max_pending_bytes),
         })
+    }
+
+    /// The bytes of values read and not yet written: the reader takes each batch's
+    /// cost before handing it here.
+    pub fn budget(&self) -> &ValueBudget {
+        &self.budget
     }
 
     /// Writes the value of every marked record, several at once, and puts the reference
@@ -63,13 +73,20 @@ impl CheckIn {
                 continue;
             }
             if let Some(value) = r.value.take() {
-                jobs.push((i, self.bucket.key(&r.topic, &r.event.id), value));
+                jobs.push((i, r.topic.clone(), r.event.id.clone(), value));
             }
         }
         let mut written = futures::stream::iter(jobs)
-            .map(|(i, key, value)| async move {
+            .map(|(i, topic, id, value)| async move {
                 let len = value.len();
                 let started = Instant::now();
+                // The key is the value's hash: tens of milliseconds for a large value,
+                // off the runtime's threads.
+                let bucket = self.bucket.clone();
+                let (key, value) =
+                    tokio::task::spawn_blocking(move || (bucket.key(&topic, &id, &value), value))
+                        .await
+                        .expect("hashing a value does not panic");
                 let put = self.bucket.put(&key, value).await;
                 (i, key, len, started.elapsed(), put)
             })
@@ -109,7 +126,11 @@ impl CheckIn {
         let this = &self;
         let mut batches = futures::stream::poll_fn(move |cx| routed.poll_recv(cx))
             .map(|mut batch: Batch| async move {
-                this.records(&mut batch.records).await.map(|()| batch)
+                // The reader took this cost; the values become references here.
+                let cost = this.budget.cost(&batch.records);
+                let written = this.records(&mut batch.records).await;
+                this.budget.give_back(cost);
+                written.map(|()| batch)
             })
             .buffered(BATCHES_AHEAD);
         while let Some(batch) = batches.next().await {

@@ -9,10 +9,14 @@ use object_store::path::Path;
 
 use crate::outbox::EventId;
 
-/// Where an event's value goes: `<prefix><topic>/<event id>`, the same for every
-/// attempt, so a retry or a re-delivery overwrites the object instead of adding one.
+/// Where a value goes: `<prefix><topic>/<event id>/<sha-256 of the value, hex>`. The
+/// key belongs to these bytes and nothing else: a retry writes the same bytes under the
+/// same key, a replay whose bytes differ (a CloudEvent's `time`) gets a key of its own,
+/// and records without a usable event id (NULL, empty) never share an object unless
+/// they carry the same bytes. No write ever changes the bytes an earlier record names.
 /// Ids that are not plain text (letters, digits, `-_.:`) are written as `0x…` hex.
-pub fn object_key(prefix: &str, topic: &str, id: &EventId) -> Path {
+pub fn object_key(prefix: &str, topic: &str, id: &EventId, value: &[u8]) -> Path {
+    use sha2::{Digest, Sha256};
     let plain = std::str::from_utf8(&id.0).ok().filter(|s| {
         !s.is_empty()
             && s.chars()
@@ -22,12 +26,14 @@ pub fn object_key(prefix: &str, topic: &str, id: &EventId) -> Path {
     });
     let id = match plain {
         Some(text) => text.to_string(),
-        None => {
-            let hex: String = id.0.iter().map(|b| format!("{b:02x}")).collect();
-            format!("0x{hex}")
-        }
+        None => format!("0x{}", hex(&id.0)),
     };
-    Path::from(format!("{prefix}{topic}/{id}"))
+    let digest = hex(&Sha256::digest(value));
+    Path::from(format!("{prefix}{topic}/{id}/{digest}"))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The header with the object's `s3://bucket/key`.
@@ -71,6 +77,20 @@ impl Reference {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_belongs_to_its_bytes() {
+        let none = EventId(Vec::new());
+        let key = |id: &EventId, v: &[u8]| object_key("p/", "t", id, v).to_string();
+        assert_ne!(key(&none, b"row one"), key(&none, b"row two"));
+        assert_eq!(key(&none, b"row one"), key(&none, b"row one"));
+        let e1 = EventId(b"e-1".to_vec());
+        assert_eq!(
+            key(&e1, b"abc"),
+            "p/t/e-1/ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(key(&EventId(b"a/b".to_vec()), b"x").starts_with("p/t/0x612f62/"));
+    }
 
     #[test]
     fn the_value_is_the_extended_clients_pointer_and_headers_read_back() {

@@ -96,8 +96,8 @@ impl Bucket {
     }
 
     /// Where an event's value goes (see `object_key`).
-    pub fn key(&self, topic: &str, id: &EventId) -> Path {
-        super::reference::object_key(&self.prefix, topic, id)
+    pub fn key(&self, topic: &str, id: &EventId, value: &[u8]) -> Path {
+        super::reference::object_key(&self.prefix, topic, id, value)
     }
 
     /// Writes `value` at `key` (object_store retries within the configured limits).
@@ -110,9 +110,25 @@ impl Bucket {
     }
 }
 
-/// An error text with any `Credential=…` / signature parts cut: object_store's HTTP
-/// errors may quote the request.
+/// Elements of an S3 error body that quote the request's credentials or what was
+/// signed with them (AWS's `InvalidAccessKeyId`, `SignatureDoesNotMatch`).
+const SECRET_ELEMENTS: [&str; 6] = [
+    "AWSAccessKeyId",
+    "StringToSign",
+    "StringToSignBytes",
+    "SignatureProvided",
+    "CanonicalRequest",
+    "CanonicalRequestBytes",
+];
+
+/// An error text with any `Credential=…` / signature parts cut, and the contents of
+/// an error body's credential elements: object_store's HTTP errors may quote the
+/// request and the store's answer.
 fn without_secrets(text: &str) -> String {
+    let mut text = text.to_string();
+    for element in SECRET_ELEMENTS {
+        text = without_element(&text, element);
+    }
     let mut out = String::with_capacity(text.len());
     for word in text.split_inclusive(char::is_whitespace) {
         let lower = word.to_ascii_lowercase();
@@ -131,4 +147,42 @@ fn without_secrets(text: &str) -> String {
         }
     }
     out
+}
+
+/// `text` with what every `<element>…</element>` holds replaced by `[redacted]` (an
+/// element left open: everything after its start).
+fn without_element(text: &str, element: &str) -> String {
+    let (open, close) = (format!("<{element}>"), format!("</{element}>"));
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(&open) {
+        let inner = start + open.len();
+        out.push_str(&rest[..inner]);
+        out.push_str("[redacted]");
+        match rest[inner..].find(&close) {
+            Some(end) => rest = &rest[inner + end..],
+            None => return out,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_s3_error_body_loses_its_credentials() {
+        let body = "Client error with status 403 Forbidden: <?xml version=\"1.0\"?><Error><Code>SignatureDoesNotMatch</Code><AWSAccessKeyId>AKIACANARY1234</AWSAccessKeyId><StringToSign>AWS4-HMAC-SHA256\n20261205T000000Z\nCANARYSCOPE</StringToSign><SignatureProvided>canarysig</SignatureProvided><CanonicalRequest>PUT /b/k\nx-amz-content-sha256:canaryhash</CanonicalRequest><RequestId>r-1</RequestId></Error> Authorization: AWS4-HMAC-SHA256 Credential=AKIACANARY1234/x, Signature=canarysig2";
+        let out = without_secrets(body);
+        for canary in ["AKIACANARY1234", "CANARYSCOPE", "canarysig", "canaryhash"] {
+            assert!(!out.contains(canary), "{canary} in {out}");
+        }
+        assert!(
+            out.contains("SignatureDoesNotMatch") && out.contains("r-1"),
+            "{out}"
+        );
+        assert_eq!(without_element("<A>x", "A"), "<A>[redacted]");
+    }
 }

@@ -65,25 +65,35 @@ pub async fn record_first_start(
     topic: &str,
     name: &str,
 ) -> Result<(), SinkError> {
-    let producer: FutureProducer = client_config(cfg).create().map_err(SinkError::Create)?;
-    let key = first_start_key(name);
     let value = format!(
         "first start recorded at unix ms {}",
         crate::checkpoint::now_ms()
     );
+    send_proven(cfg, topic, &first_start_key(name), value.as_bytes())
+        .await
+        .map_err(|reason| SinkError::FirstStart {
+            topic: topic.to_string(),
+            reason,
+        })
+}
+
+/// Sends one record to partition 0 of `topic` outside any transaction; `Err` says why
+/// it is not proven written (proof, as for any record: an offset).
+async fn send_proven(
+    cfg: &KafkaConfig,
+    topic: &str,
+    key: &str,
+    value: &[u8],
+) -> Result<(), String> {
+    let producer: FutureProducer = client_config(cfg).create().map_err(|e| e.to_string())?;
     let record = rdkafka::producer::FutureRecord::to(topic)
         .partition(0)
-        .key(&key)
-        .payload(&value);
-    let failed = |reason: String| SinkError::FirstStart {
-        topic: topic.to_string(),
-        reason,
-    };
+        .key(key)
+        .payload(value);
     match producer.send(record, Duration::from_secs(30)).await {
-        // Proof, as for any record: an offset.
         Ok(delivered) if delivered.offset >= 0 => Ok(()),
-        Ok(_) => Err(failed("reported delivered without an offset".into())),
-        Err((error, _)) => Err(failed(error.to_string())),
+        Ok(_) => Err("reported delivered without an offset".into()),
+        Err((error, _)) => Err(error.to_string()),
     }
 }
 
@@ -152,6 +162,10 @@ pub fn fleet_checkpoint_topic(
     lock_topic: &str,
     transactional_id: &str,
 ) -> Result<Option<String>, SinkError> {
+    // A fleet that never noted anything may not have its lock topic yet.
+    if !TopicCreator::exists(cfg, lock_topic)? {
+        return Ok(None);
+    }
     let key = fleet_key(transactional_id);
     let Some(read) = crate::kafka::newest_of_keys(cfg, lock_topic, 0, &[key.as_bytes()])? else {
         return Ok(None);
@@ -179,19 +193,11 @@ pub async fn note_fleet_checkpoint_topic(
     if noted.as_deref() == Some(checkpoint_topic) {
         return Ok(());
     }
-    let producer: FutureProducer = client_config(cfg).create().map_err(SinkError::Create)?;
     let key = fleet_key(transactional_id);
-    let record = rdkafka::producer::FutureRecord::to(lock_topic)
-        .partition(0)
-        .key(&key)
-        .payload(checkpoint_topic);
-    let failed = |reason: String| SinkError::FleetRecord {
-        topic: lock_topic.to_string(),
-        reason,
-    };
-    match producer.send(record, Duration::from_secs(30)).await {
-        Ok(delivered) if delivered.offset >= 0 => Ok(()),
-        Ok(_) => Err(failed("reported delivered without an offset".into())),
-        Err((error, _)) => Err(failed(error.to_string())),
-    }
+    send_proven(cfg, lock_topic, &key, checkpoint_topic.as_bytes())
+        .await
+        .map_err(|reason| SinkError::FleetRecord {
+            topic: lock_topic.to_string(),
+            reason,
+        })
 }

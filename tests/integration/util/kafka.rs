@@ -26,6 +26,19 @@ pub fn wait_for_count(topics: &[String], n: i64, timeout: Duration) -> i64 {
     Kafka::local().wait_for_count(topics, n, timeout)
 }
 
+/// Waits until `n` distinct event ids are in the topics of the local broker (offsets
+/// count transaction markers and re-sent records too); returns how many there are.
+pub fn wait_for_ids(topics: &[String], n: usize, timeout: Duration) -> usize {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let ids: std::collections::HashSet<String> = read_all(topics).iter().map(Msg::id).collect();
+        if ids.len() >= n || Instant::now() > deadline {
+            return ids.len();
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 /// `Kafka::local().read_all(…)`.
 pub fn read_all(topics: &[String]) -> Vec<Msg> {
     Kafka::local().read_all(topics)
