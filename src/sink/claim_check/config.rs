@@ -132,8 +132,8 @@ fn default_threshold() -> usize {
     256 * 1024
 }
 fn default_max_pending_bytes() -> usize {
-    // With 50 MB rows: one value in the bucket's hands, one read and waiting, one in the
-    // binlog reader's buffer — about 150 MB, within the chart's 192 MiB request.
+    // One 50 MB value in the bucket's hands at a time; with the row waiting in the reader
+    // and the binlog event's own buffers, 8 such rows peaked at 296 MiB (455 before).
     64 << 20
 }
 fn default_prefix() -> String {
