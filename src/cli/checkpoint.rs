@@ -121,7 +121,10 @@ async fn init(config: &Config) -> Result<()> {
             "the checkpoint store holds a position: the next run resumes there; nothing changed"
         ),
         FirstStart::AlreadyRecorded => println!(
-            "{topic} already records the first start of {who} at source.start; nothing changed"
+            "{topic} already records the first start of {who}; nothing changed"
+        ),
+        FirstStart::Recorded if config.delivery.exactly_once() => println!(
+            "recorded the first start of {who} on {topic}, its position fixed now: whichever instance leads first starts there"
         ),
         FirstStart::Recorded => println!("recorded the first start of {who} on {topic}"),
     }

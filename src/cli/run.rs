@@ -86,7 +86,7 @@ async fn first_start(config: &Config) -> Result<()> {
     }
     match init.recorded {
         Some(FirstStart::Recorded) => warn!(topic, name, start = ?config.source.start, "run --init: recorded this router's first start on the checkpoint topic; an init that finds no store after this refuses to start over"),
-        Some(FirstStart::AlreadyRecorded) => warn!(topic, name, "run --init: the first exactly-once start was already recorded and nothing has committed since: starting at source.start"),
+        Some(FirstStart::AlreadyRecorded) => warn!(topic, name, "run --init: the first exactly-once start was already recorded and nothing has committed since: starting where it was recorded"),
         Some(FirstStart::HasMarker | FirstStart::HasStore) | None => {}
     }
     Ok(())

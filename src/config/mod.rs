@@ -135,8 +135,17 @@ pub fn toml_error(text: Option<&str>, e: &toml::de::Error) -> String {
     let at = text.zip(e.span()).and_then(|(text, span)| {
         let before = text.get(..span.start)?;
         let line = before.matches('\n').count() + 1;
-        let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-        Some(format!("line {line}, column {column}: "))
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = before.len() - line_start + 1;
+        // The key the error is at (what stands before `=` on its line): a name, never a
+        // value.
+        let key = before[line_start..]
+            .split_once('=')
+            .map(|(key, _)| key.trim())
+            .filter(|key| !key.is_empty() && !key.contains('"'))
+            .map(|key| format!(" (key {key})"))
+            .unwrap_or_default();
+        Some(format!("line {line}, column {column}{key}: "))
     });
     format!("{}{what}", at.unwrap_or_default())
 }
@@ -385,6 +394,24 @@ dir = "/tmp/x"
         assert_eq!(c.route.topic, "outbox.event.${routedByValue}");
         assert_eq!(c.outbox.columns.event_id, "id");
         assert_eq!(c.source.start, StartFrom::Latest);
+    }
+
+    #[test]
+    fn a_config_error_names_line_and_key_never_a_value() {
+        let cases = [
+            // A string left open on a line holding a secret.
+            MINIMAL.replace("user = \"cdc\"", "user = \"cdc\"\npassword = \"canary-1"),
+            // A secret in a key of another type.
+            MINIMAL.replace("server_id = 7", "server_id = \"canary-2\""),
+        ];
+        for (text, key) in cases.iter().zip(["password", "server_id"]) {
+            let err = Config::parse(text, Path::new("t.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(!err.contains("canary"), "{err}");
+            assert!(err.contains("t.toml") && err.contains("line "), "{err}");
+            assert!(err.contains(key), "{err}");
+        }
     }
 
     #[test]

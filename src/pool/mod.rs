@@ -48,6 +48,13 @@ pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result
     for failed in std::mem::take(&mut pool.failed) {
         failures.show(&view, &instance, &failed.name, failed.error);
     }
+    // Answering from the start, while `--init` runs.
+    let monitor_stop = CancellationToken::new();
+    if let Some(addr) = pool.monitor.listen_addr() {
+        crate::monitor::serve_pool(addr, view.clone(), monitor_stop.clone())
+            .await
+            .with_context(|| format!("cannot listen on monitor.listen = {addr}"))?;
+    }
     // Each check is its source's: one that fails is shown failed, the rest start.
     let (ready, unprepared) = partition_failing(std::mem::take(&mut pool.sources), |s| {
         prepare(s).map_err(|e| crate::cause_chain(&e))
@@ -68,10 +75,12 @@ pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result
         let work = tokio::spawn(init_all(std::mem::take(&mut pool.sources)));
         let bound = Duration::from_secs(bound);
         let Some(done) = crate::stop::until_stopped(work, &shutdown, bound).await else {
+            monitor_stop.cancel();
             return Ok(());
         };
         let (sources, refused) = done.context("--init")?;
         if shutdown.is_cancelled() {
+            monitor_stop.cancel();
             return Ok(());
         }
         pool.sources = sources;
@@ -79,12 +88,6 @@ pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result
             failures.show(&view, &instance, &source, why);
             init_pending.push(source);
         }
-    }
-    let monitor_stop = CancellationToken::new();
-    if let Some(addr) = pool.monitor.listen_addr() {
-        crate::monitor::serve_pool(addr, view.clone(), monitor_stop.clone())
-            .await
-            .with_context(|| format!("cannot listen on monitor.listen = {addr}"))?;
     }
     let (lockable, refused) =
         tokio::task::block_in_place(|| lockable(&pool.kafka, std::mem::take(&mut pool.sources)));
