@@ -56,6 +56,28 @@ pub(crate) async fn delete_topic(topic: &str) {
     }
 }
 
+/// Runs an operator's command on `setup`, expects it to succeed, returns what it said.
+fn operator(setup: &RouterSetup, args: &[&str]) -> String {
+    let out = setup.cli(args);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{args:?}: {said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    said
+}
+
+/// Both started as the chart starts them; every one of `total` events once.
+async fn deliver_once(p: &Pair, total: usize, scenario: &str) {
+    let [(mut leader, _), (mut standby, _)] = start_both(p).await;
+    drain_and_stop(&mut leader, &p.topics, total);
+    standby.stop(Duration::from_secs(30));
+    let duplicates = check_stream(&p.topics, total);
+    println!("fleet {scenario}: events={total} lost=0 duplicates={duplicates}");
+    assert_eq!(duplicates, 0, "{scenario}");
+}
+
 /// Starts `setup` with `run --init` and expects the start refused for the operator
 /// (exit 4) within 60 s, naming the command that recovers; returns its log.
 fn expect_refused(setup: &RouterSetup, who: &str) -> String {
@@ -124,20 +146,9 @@ async fn delivered_and_stopped(p: &Pair) {
 async fn recover_and_count(p: &Pair, scenario: &str) {
     let (file, offset) = p.a.checkpoint().expect("the old leader's store");
     let position = format!("{file}:{offset}");
-    let out = p.a.cli(&["checkpoint", "set", &position]);
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{said}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = operator(&p.a, &["checkpoint", "set", &position]);
     assert!(said.contains("whole fleet"), "{said}");
-    let [(mut leader, _), (mut standby, _)] = start_both(p).await;
-    drain_and_stop(&mut leader, &p.topics, 400);
-    standby.stop(Duration::from_secs(30));
-    let duplicates = check_stream(&p.topics, 400);
-    println!("fleet {scenario}: events=400 lost=0 duplicates={duplicates}");
-    assert_eq!(duplicates, 0, "{scenario}");
+    deliver_once(p, 400, scenario).await;
 }
 
 /// The measured case: the checkpoint topic deleted while both are down, 200
@@ -179,23 +190,12 @@ async fn a_renamed_checkpoint_topic_is_refused_in_the_other_order_too() {
     assert!(log.contains(&old), "{log}");
     assert!(log.contains("checkpoint move-topic --from"), "{log}");
     // The explicit move: the marker carried over for the fleet.
-    let out = p.b.cli(&["checkpoint", "move-topic", "--from", &old]);
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{said}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = operator(&p.b, &["checkpoint", "move-topic", "--from", &old]);
     assert!(
         said.contains("carried over") && said.contains("whole fleet"),
         "{said}"
     );
-    let [(mut leader, _), (mut standby, _)] = start_both(&p).await;
-    drain_and_stop(&mut leader, &p.topics, 400);
-    standby.stop(Duration::from_secs(30));
-    let duplicates = check_stream(&p.topics, 400);
-    println!("fleet renamed checkpoint topic, moved: events=400 lost=0 duplicates={duplicates}");
-    assert_eq!(duplicates, 0);
+    deliver_once(&p, 400, "renamed checkpoint topic, moved").await;
 }
 
 /// `latest` is fixed when the first start is recorded, not when some instance first
@@ -207,12 +207,7 @@ async fn a_first_start_begins_where_it_was_recorded_whoever_leads() {
     let mut p = pair("fleet_latest").await;
     p.a.start = "latest".into();
     p.b.start = "latest".into();
-    let out = p.b.cli(&["checkpoint", "init"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    operator(&p.b, &["checkpoint", "init"]);
     // Committed after the first start was recorded, before anyone leads.
     write_stream(p.a.db.clone(), 0, 10, 10, 7).await;
     let mut a = p.a.start_router_with(&[], INIT);
@@ -250,13 +245,7 @@ async fn checkpoint_set_on_a_standby_takes_effect_for_the_fleet_at_once() {
     // The standby stopped, the operator sets the current position on it.
     b.stop(Duration::from_secs(30));
     let (file, offset) = binlog_position(&mut conn).await;
-    let out = p.b.cli(&["checkpoint", "set", &format!("{file}:{offset}")]);
-    let said = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{said}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = operator(&p.b, &["checkpoint", "set", &format!("{file}:{offset}")]);
     assert!(
         said.contains("instance a") && said.contains("fenced"),
         "{said}"
@@ -302,12 +291,7 @@ async fn checkpoint_set_on_a_standby_takes_effect_for_the_fleet_at_once() {
     } else {
         &p.a
     };
-    let out = down.cli(&["checkpoint", "set", &format!("{file}:{offset}")]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    operator(down, &["checkpoint", "set", &format!("{file}:{offset}")]);
     write_stream(p.a.db.clone(), 150, 1, 10, 7).await;
     assert!(
         leader.wait(Duration::from_secs(60)).is_some(),
