@@ -5,60 +5,93 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 
 use super::args::CheckpointAction;
-use crate::checkpoint::CheckpointStore;
+use crate::checkpoint::{Checkpoint, CheckpointStore};
 use crate::config::Config;
 use crate::ops;
+use crate::ops::checkpoint::ShownFrom;
 use crate::ops::import::offsets::DebeziumOffset;
 use crate::pipeline::FirstStart;
 use crate::position::Position;
+
+fn print_checkpoint(cp: &Checkpoint) {
+    println!("position: {}", cp.position);
+    if let Some(id) = cp.server_id {
+        println!("server_id: {id}");
+    }
+    println!("commit_time_ms: {}", cp.commit_time_ms);
+    println!("written_at_ms: {}", cp.written_at_ms);
+    if cp.commit_seq > 0 {
+        println!("commit_seq: {}", cp.commit_seq);
+    }
+    if let Some(command) = cp.set_by {
+        println!("set_by: {command}");
+    }
+}
+
+/// Where the shown position came from, in exactly-once mode.
+fn print_source(from: &ShownFrom, store_differs: Option<&Checkpoint>) {
+    match from {
+        ShownFrom::Store => {}
+        ShownFrom::Marker { topic } => {
+            println!("from: the fleet's newest commit marker on {topic} (whichever instance leads resumes there)");
+            if let Some(store) = store_differs {
+                println!(
+                    "this instance's store: {} (its own copy; the marker decides)",
+                    store.position
+                );
+            }
+        }
+        ShownFrom::NoMarker { topic } => {
+            println!("from: this instance's store (no commit marker on {topic})")
+        }
+        ShownFrom::Unreadable { topic, .. } => {
+            println!("from: this instance's store ({topic} could not be read)")
+        }
+    }
+}
 
 /// Shows, sets, creates or removes the stored checkpoint.
 pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<ExitCode> {
     let dir = &config.checkpoint.dir;
     match action {
-        CheckpointAction::Show { .. } if !CheckpointStore::exists(dir) => {
-            bail!("{}", super::no_store_at(dir))
-        }
-        CheckpointAction::Show {
-            debezium: Some(server),
-            ..
-        } => {
-            let Some(cp) = CheckpointStore::peek(dir)? else {
-                bail!(
+        CheckpointAction::Show { debezium, json } => {
+            let shown = ops::checkpoint::show(config)?;
+            if let ShownFrom::Unreadable { topic, why } = &shown.from {
+                if debezium.is_some() {
+                    bail!("the fleet's commit marker on {topic} cannot be read ({why}): this instance's store may be behind the fleet, so it is not given to Debezium");
+                }
+                eprintln!("warning: the fleet's commit marker on {topic} cannot be read ({why}): showing this instance's store, which may be behind the fleet");
+            }
+            let from_store = !matches!(shown.from, ShownFrom::Marker { .. });
+            if from_store && !CheckpointStore::exists(dir) {
+                bail!("{}", super::no_store_at(dir))
+            }
+            match (debezium, shown.checkpoint) {
+                (Some(_), None) => bail!(
                     "no checkpoint in {}: nothing to give Debezium",
                     dir.display()
-                )
-            };
-            let body = serde_json::json!({
-                "offsets": [{
-                    "partition": { "server": server },
-                    "offset": DebeziumOffset::of(&cp.position),
-                }]
-            });
-            println!("{}", serde_json::to_string_pretty(&body)?);
-        }
-        CheckpointAction::Show { json, .. } => match CheckpointStore::peek(dir)? {
-            None if json => println!("null"),
-            None => println!(
-                "no checkpoint in {} (the next run starts at source.start)",
-                dir.display()
-            ),
-            Some(cp) if json => println!("{}", serde_json::to_string(&cp)?),
-            Some(cp) => {
-                println!("position: {}", cp.position);
-                if let Some(id) = cp.server_id {
-                    println!("server_id: {id}");
+                ),
+                (Some(server), Some(cp)) => {
+                    let body = serde_json::json!({
+                        "offsets": [{
+                            "partition": { "server": server },
+                            "offset": DebeziumOffset::of(&cp.position),
+                        }]
+                    });
+                    println!("{}", serde_json::to_string_pretty(&body)?);
                 }
-                println!("commit_time_ms: {}", cp.commit_time_ms);
-                println!("written_at_ms: {}", cp.written_at_ms);
-                if cp.commit_seq > 0 {
-                    println!("commit_seq: {}", cp.commit_seq);
-                }
-                if let Some(command) = cp.set_by {
-                    println!("set_by: {command}");
+                (None, None) if json => println!("null"),
+                (None, None) => println!(
+                    "no checkpoint in {} (the next run starts at source.start)",
+                    dir.display()
+                ),
+                (None, Some(cp)) if json => println!("{}", serde_json::to_string(&cp)?),
+                (None, Some(cp)) => {
+                    print_checkpoint(&cp);
+                    print_source(&shown.from, shown.store_differs.as_ref());
                 }
             }
-        },
+        }
         CheckpointAction::Set {
             position,
             ignore_prepared_xa,

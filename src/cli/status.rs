@@ -61,8 +61,11 @@ async fn observe(config: &Config) -> Result<Status> {
     if !CheckpointStore::exists(dir) && !runs {
         bail!("{}", super::no_store_at(dir));
     }
-    let checkpoint = CheckpointStore::peek(dir)
-        .context("the router's endpoint did not answer and its checkpoint store is not readable")?;
+    // Exactly-once: the fleet's position (its newest marker), not what this volume last
+    // knew — a standby's store would report the fleet's lag and runway as its own.
+    let checkpoint = crate::ops::checkpoint::show(config)
+        .context("the router's endpoint did not answer and its checkpoint store is not readable")?
+        .checkpoint;
     let mut conn = source::connect(&config.source).await?;
     let mut status =
         crate::monitor::status::observe(&mut conn, checkpoint.as_ref(), false, None).await?;

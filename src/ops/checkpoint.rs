@@ -1,4 +1,4 @@
-//! `checkpoint set` and `checkpoint reset`: an operator moves or forgets the stored
+//! `checkpoint show`, `set` and `reset`: an operator reads, moves or forgets the
 //! position. (`checkpoint init` is the pipeline's first start, `pipeline::init`.)
 
 use std::path::Path;
@@ -54,6 +54,66 @@ pub async fn move_topic(config: &Config, from: &str) -> Result<(String, Operator
     // that records it.
     let carried = marker.set_by(OperatorCommand::CheckpointSet);
     Ok((position, record_operator_position(config, carried).await?))
+}
+
+/// Where `checkpoint show` read the position it shows.
+#[derive(Debug)]
+pub enum ShownFrom {
+    /// At-least-once: this instance's store, its only record of progress.
+    Store,
+    /// Exactly-once: the fleet's newest commit marker on `topic`, where any instance
+    /// resumes.
+    Marker { topic: String },
+    /// Exactly-once, no marker on `topic` (a first start, or a lost topic): this
+    /// instance's store.
+    NoMarker { topic: String },
+    /// Exactly-once, `topic` could not be read: this instance's store, which may be
+    /// behind the fleet.
+    Unreadable { topic: String, why: String },
+}
+
+/// What `checkpoint show` shows: the position, where it was read, and this instance's
+/// store beside a marker that differs from it.
+#[derive(Debug)]
+pub struct Shown {
+    pub checkpoint: Option<Checkpoint>,
+    pub from: ShownFrom,
+    pub store_differs: Option<Checkpoint>,
+}
+
+/// The position an operator asks for on any instance: in exactly-once mode the fleet's
+/// (its newest commit marker), else this instance's store. A standby's volume holds
+/// what it last knew, not what the fleet did since.
+pub fn show(config: &Config) -> Result<Shown, OpsError> {
+    let store = CheckpointStore::peek(&config.checkpoint.dir)?;
+    if !config.delivery.exactly_once() {
+        return Ok(Shown {
+            checkpoint: store,
+            from: ShownFrom::Store,
+            store_differs: None,
+        });
+    }
+    let topic = config.delivery.checkpoint_topic.clone();
+    Ok(match crate::pipeline::fleet_marker(config) {
+        Ok(Some(marker)) => Shown {
+            store_differs: store.filter(|s| s.position != marker.position),
+            checkpoint: Some(marker),
+            from: ShownFrom::Marker { topic },
+        },
+        Ok(None) => Shown {
+            checkpoint: store,
+            from: ShownFrom::NoMarker { topic },
+            store_differs: None,
+        },
+        Err(e) => Shown {
+            checkpoint: store,
+            from: ShownFrom::Unreadable {
+                topic,
+                why: crate::cause_chain::cause_chain(&anyhow::Error::new(e)),
+            },
+            store_differs: None,
+        },
+    })
 }
 
 /// Forgets the checkpoint in `dir`.

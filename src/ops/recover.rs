@@ -60,7 +60,11 @@ pub async fn recover(
     config: &Config,
     opts: &RecoverOptions,
 ) -> Result<RecoverReport, PipelineError> {
-    let old = CheckpointStore::peek(&config.checkpoint.dir)?;
+    // The fleet's position in exactly-once mode; a standby's store is what it last knew.
+    let old = match crate::pipeline::fleet_marker(config)? {
+        Some(marker) => Some(marker),
+        None => CheckpointStore::peek(&config.checkpoint.dir)?,
+    };
     let since_secs = match (opts.since_secs, &old) {
         (Some(s), _) => s,
         (None, Some(cp)) if cp.commit_time_ms > 0 => {

@@ -36,6 +36,19 @@ pub fn to_bytes(value: &BinlogValue<'_>) -> Result<Option<Vec<u8>>, String> {
     }))
 }
 
+/// Text or binary bytes, which `into_bytes` moves rather than copies.
+pub fn is_bytes(value: &BinlogValue<'_>) -> bool {
+    matches!(value, BinlogValue::Value(Value::Bytes(_)))
+}
+
+/// The bytes of a text or binary value, moved out; `None` for any other value.
+pub fn into_bytes(value: BinlogValue<'_>) -> Option<Vec<u8>> {
+    match value {
+        BinlogValue::Value(Value::Bytes(b)) => Some(b),
+        _ => None,
+    }
+}
+
 /// A value for a JSON envelope: numbers stay numbers, text stays text, JSON stays JSON.
 pub fn to_json(value: &BinlogValue<'_>) -> Result<serde_json::Value, String> {
     Ok(match value {

@@ -139,6 +139,18 @@ fn decoded_marker(
         .transpose()
 }
 
+/// The fleet's position in exactly-once mode as every instance reads it: the newest
+/// commit marker (`read_committed`). What an operator's command shows or guards; one
+/// instance's store is only its copy. `None` in at-least-once mode or with no marker.
+pub fn fleet_marker(config: &Config) -> Result<Option<Checkpoint>, PipelineError> {
+    if !config.delivery.exactly_once() {
+        return Ok(None);
+    }
+    let history =
+        tokio::task::block_in_place(|| sink::marker_history(&config.kafka, &config.delivery))?;
+    decoded_marker(config, &history)
+}
+
 /// What the fleet's lock topic notes, read only where it can decide something: no
 /// marker on the checkpoint topic.
 fn fleet_note(

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 pub use error::PipelineError;
-pub use exactly_once_start::{record_first_start, FirstStart};
+pub use exactly_once_start::{fleet_marker, record_first_start, FirstStart};
 pub use first_start::init;
 pub use operator::{record_operator_position, OperatorMove};
 pub(crate) use read::InvalidPolicy;

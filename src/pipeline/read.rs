@@ -65,6 +65,20 @@ pub(super) struct Handoff {
 }
 
 impl Handoff {
+    /// Waits while the values on their way to the bucket have spent the budget: the
+    /// next transaction is not read (the binlog waits in the socket) until one is
+    /// written. `false` when `stop` came first.
+    async fn room(&self, stop: &CancellationToken) -> bool {
+        let Some(budget) = &self.budget else {
+            return true;
+        };
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => false,
+            _ = budget.room() => true,
+        }
+    }
+
     /// Hands `batch` over, waiting for room; `false` when the next stage stopped or
     /// `stop` came first.
     async fn send(&self, batch: Batch, stop: &CancellationToken, metrics: &Metrics) -> bool {
@@ -107,6 +121,9 @@ pub(super) async fn read_loop(
     metrics: Metrics,
 ) -> Result<(), PipelineError> {
     loop {
+        if !handoff.room(&stop).await {
+            return Ok(());
+        }
         let txn = tokio::select! {
             biased;
             _ = stop.cancelled() => return Ok(()),

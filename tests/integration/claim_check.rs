@@ -488,7 +488,7 @@ async fn large_values_waiting_for_the_bucket_are_bounded_by_bytes() {
     peak_kb = router.peak_rss_kb().unwrap_or(peak_kb);
     drain_and_stop(&mut router, std::slice::from_ref(&topic), ROWS);
     println!(
-        "claim check: {ROWS} rows of 50 MB, peak RSS {} MiB (max_pending_bytes 64 MiB)",
+        "claim check: {ROWS} rows of 50 MB, peak RSS {} MiB (max_pending_bytes at its default)",
         peak_kb / 1024
     );
     let store = bucket();
@@ -497,10 +497,13 @@ async fn large_values_waiting_for_the_bucket_are_bounded_by_bytes() {
         assert_eq!(bytes.len(), SIZE);
         assert!(bytes.starts_with(format!("{};", m.id()).as_bytes()));
     }
-    // One value with the bucket, one read and waiting, the binlog event's buffers:
-    // 296 MiB measured (the build before the bound: 455 MiB).
+    // One value at a time: with the bucket, or in the binlog client's packet and event
+    // buffers and then as a value. Measured alone: 244 MiB in this (debug) build, 220 MiB
+    // in release; 248 MiB beside two busy cores, and above 290 MiB once among 68 tests
+    // at 4 threads (freed pages the allocator had not yet returned). The batch bound of
+    // before held 16 + 4 batches: 455 MiB.
     assert!(
-        peak_kb < 360 * 1024,
+        peak_kb < 330 * 1024,
         "peak RSS {} MiB holding 50 MB values",
         peak_kb / 1024
     );

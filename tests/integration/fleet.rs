@@ -320,3 +320,91 @@ async fn checkpoint_set_on_a_standby_takes_effect_for_the_fleet_at_once() {
     assert_eq!(times.len(), 1510);
     assert!(times.values().all(|n| *n <= 2));
 }
+
+/// Debezium's offset of connector `name` (server `shop`) at `file:pos`, on a Connect
+/// offsets topic of its own; returns the `--offsets` argument that reads it.
+async fn debezium_offset_topic(scenario: &str, name: &str, file: &str, pos: u64) -> String {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let topic = format!("connect-offsets-{scenario}-{}", std::process::id());
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .create()
+        .unwrap();
+    let key = serde_json::json!([name, {"server": "shop"}]).to_string();
+    let value = serde_json::json!({"file": file, "pos": pos}).to_string();
+    producer
+        .send(
+            FutureRecord::to(&topic).key(&key).payload(&value),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+    format!("kafka:{topic}")
+}
+
+/// What an operator reads or changes on any instance is the fleet's position, not that
+/// instance's volume. Before, the instance that never led showed no checkpoint ("the
+/// next run starts at source.start"), and `import-debezium` there found its empty store
+/// and committed Debezium's old offset as the fleet's marker: every event since was
+/// delivered again. Both instances, both orders.
+#[tokio::test(flavor = "multi_thread")]
+async fn any_instance_shows_and_guards_the_fleet_s_position() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let p = pair("fleet_read").await;
+    let mut conn = app_conn().await;
+    let (old_file, old_pos) = binlog_position(&mut conn).await;
+    delivered_and_stopped(&p).await;
+    let (file, offset) = p.a.checkpoint().expect("the leader's store");
+
+    for (who, setup) in [("b, which never led", &p.b), ("a, which led", &p.a)] {
+        assert_eq!(
+            setup.checkpoint(),
+            Some((file.clone(), offset)),
+            "{who} shows another position than the fleet's"
+        );
+        let human = operator(setup, &["checkpoint", "show"]);
+        assert!(
+            human.contains(&format!("{file}:{offset}")) && human.contains("commit marker"),
+            "{who}: {human}"
+        );
+        let debezium: serde_json::Value = serde_json::from_str(&operator(
+            setup,
+            &["checkpoint", "show", "--debezium", "shop"],
+        ))
+        .unwrap();
+        assert_eq!(
+            debezium["offsets"][0]["offset"]["pos"].as_u64(),
+            Some(offset),
+            "{who}: {debezium}"
+        );
+    }
+
+    // Debezium's offset from before the 200 events, imported on either instance.
+    let connector = serde_json::json!({
+        "name": "dbz-fleet",
+        "config": {
+            "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
+            "database.hostname": "127.0.0.1",
+            "database.port": mariadb_port().to_string(),
+            "topic.prefix": "shop",
+        }
+    });
+    let offsets = debezium_offset_topic("fleet_read", "dbz-fleet", &old_file, old_pos).await;
+    for (who, setup) in [("b, which never led", &p.b), ("a, which led", &p.a)] {
+        let file = setup.dir.path().join("connector.json");
+        std::fs::write(&file, connector.to_string()).unwrap();
+        let file = file.to_str().unwrap();
+        let out = setup.cli(&["import-debezium", file, "--offsets", &offsets]);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{who} imported over the fleet's position: {}{said}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(said.contains("already has a checkpoint"), "{who}: {said}");
+    }
+    assert_eq!(p.a.checkpoint(), Some((file, offset)), "the fleet moved");
+    // Nothing moved: 200 more, each once.
+    write_stream(p.a.db.clone(), 20, 20, 10, 7).await;
+    deliver_once(&p, 400, "import refused").await;
+}

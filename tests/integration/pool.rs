@@ -85,12 +85,16 @@ impl Pool {
     }
 
     fn start(&self, instance: &str, port: u16, args: &[&str]) -> RouterProcess {
+        self.start_file(instance, &self.file(instance, port), args)
+    }
+
+    fn start_file(&self, instance: &str, file: &std::path::Path, args: &[&str]) -> RouterProcess {
         static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = self.dir.path().join(format!("{instance}-{run}.log"));
         let child = std::process::Command::new(router_bin())
             .arg("--config")
-            .arg(self.file(instance, port))
+            .arg(file)
             .arg("run")
             .args(args)
             .env("IT_CDC_PASSWORD", "cdc-secret")
@@ -688,12 +692,15 @@ async fn one_sources_trouble_at_start_stops_only_that_source() {
         status.contains("failure") && status.contains("typo.toml"),
         "{status}"
     );
-    // Named on whichever instance found its lock topic refused.
+    // Named on whichever instance found its lock topic refused: of `x_eu` and `x.eu`,
+    // the one whose lock topic Kafka created second (which one depends on timing).
     loop {
         let mut said = Vec::new();
         for port in [pa, pb] {
-            let answer = try_http_get(port, "/sources/x_eu/status").await;
-            said.push(answer.map(|(_, body)| body).unwrap_or_default());
+            for source in ["x_eu", "x.eu"] {
+                let answer = try_http_get(port, &format!("/sources/{source}/status")).await;
+                said.push(answer.map(|(_, body)| body).unwrap_or_default());
+            }
         }
         if said.iter().any(|s| s.contains("lock topic")) {
             break;
@@ -804,4 +811,55 @@ async fn a_source_never_led_here_refuses_a_lost_checkpoint_topic() {
         assert!(p.stop(Duration::from_secs(60)).success(), "{}", p.log());
     }
     assert_eq!(check_stream(&topics, 400), 0);
+}
+
+/// SIGTERM while a pool's `run --init` waits on a broker that does not answer (every
+/// source's first-start check at once): honoured within the sources'
+/// `pipeline.shutdown_timeout_secs`, as a single router's is.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_during_a_pool_s_init_is_honoured_within_the_shutdown_timeout() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let pool = Pool::new("pool_init_term", 2).await;
+    for name in &pool.names {
+        let path = pool.dir.path().join(format!("sources.d/{name}.toml"));
+        let mut table: toml::Table =
+            toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let pipeline = table
+            .entry("pipeline")
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        pipeline
+            .as_table_mut()
+            .unwrap()
+            .insert("shutdown_timeout_secs".into(), 3.into());
+        std::fs::write(&path, toml::to_string(&table).unwrap()).unwrap();
+    }
+    // Nothing listens there: every Kafka call waits out its own timeout.
+    let port = monitor_port();
+    let file = pool.file("a", port);
+    let text = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace(&kafka_bootstrap(), "127.0.0.1:9");
+    std::fs::write(&file, text).unwrap();
+    let mut router = pool.start_file("a", &file, &["--init"]);
+    wait_http_ok(port, "/health", Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(router.wait(Duration::ZERO).is_none(), "{}", router.log());
+    let asked = Instant::now();
+    router.signal_term();
+    let status = router.wait(Duration::from_secs(30));
+    let took = asked.elapsed();
+    println!(
+        "SIGTERM during a pool's run --init: exited {status:?} after {} ms",
+        took.as_millis()
+    );
+    assert!(
+        status.is_some(),
+        "still running 30 s after SIGTERM:\n{}",
+        router.log()
+    );
+    assert!(
+        took < Duration::from_secs(3 + 3),
+        "{took:?}:\n{}",
+        router.log()
+    );
 }

@@ -35,6 +35,12 @@ pub enum TakeOverError {
     NoPosition { connector: String, reason: String },
     #[error("the router already has a checkpoint in {dir} ({position}): importing would move it; `checkpoint reset --yes` first if that is what you want")]
     CheckpointExists { dir: String, position: String },
+    #[error("the fleet already has a checkpoint: commit marker #{seq} on {topic} ({position}), where whichever instance leads resumes; importing would move every instance (this one's store is only its copy). `checkpoint set` moves a fleet's position when that is what you want")]
+    FleetHasMarker {
+        topic: String,
+        seq: u64,
+        position: String,
+    },
     #[error("Debezium's offset of connector {connector:?} ({position}) cannot be used on this server: {error}")]
     NotOnThisServer {
         connector: String,
@@ -74,6 +80,16 @@ pub async fn take_over_offset(
         return Err(TakeOverError::CheckpointExists {
             dir: dir.display().to_string(),
             position: existing.position.to_string(),
+        }
+        .into());
+    }
+    // In exactly-once mode the fleet's position is the marker, whatever this volume holds
+    // (an instance that never led has an empty store).
+    if let Some(marker) = crate::pipeline::fleet_marker(config)? {
+        return Err(TakeOverError::FleetHasMarker {
+            topic: config.delivery.checkpoint_topic.clone(),
+            seq: marker.commit_seq,
+            position: marker.position.to_string(),
         }
         .into());
     }

@@ -52,6 +52,18 @@ impl ValueBudget {
         }
     }
 
+    /// Waits while the budget is spent. The reader asks before it reads on: a 50 MB row
+    /// read while another is still with the bucket would be a second one held whole
+    /// (with the binlog event it came in, a third).
+    pub async fn room(&self) {
+        let permit = self
+            .permits
+            .acquire()
+            .await
+            .expect("the budget is never closed");
+        drop(permit);
+    }
+
     /// Gives `cost` back: its values are written.
     pub fn give_back(&self, cost: u32) {
         self.permits.add_permits(cost as usize);
@@ -70,5 +82,17 @@ mod tests {
         assert!(second.await.is_err(), "over the budget");
         budget.give_back(64);
         budget.take(64).await;
+    }
+
+    #[tokio::test]
+    async fn reading_waits_while_the_budget_is_spent() {
+        let budget = ValueBudget::new(16 << 10);
+        budget.take(15).await;
+        budget.room().await; // 1 KiB left: room
+        budget.take(1).await;
+        let wait = tokio::time::timeout(std::time::Duration::from_millis(50), budget.room());
+        assert!(wait.await.is_err(), "spent: no room");
+        budget.give_back(1);
+        budget.room().await;
     }
 }

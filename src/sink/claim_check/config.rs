@@ -27,7 +27,8 @@ pub struct ClaimCheckConfig {
     #[serde(default = "default_prefix")]
     pub prefix: String,
     /// Bytes of values read from the binlog and not yet written to the bucket: reading
-    /// waits above it (a larger value goes alone).
+    /// waits while they are spent (a larger value goes alone, and nothing is read
+    /// until it is written).
     #[serde(
         default = "default_max_pending_bytes",
         deserialize_with = "crate::units::bytes"
@@ -132,9 +133,10 @@ fn default_threshold() -> usize {
     256 * 1024
 }
 fn default_max_pending_bytes() -> usize {
-    // One 50 MB value in the bucket's hands at a time; with the row waiting in the reader
-    // and the binlog event's own buffers, 8 such rows peaked at 296 MiB (455 before).
-    64 << 20
+    // Sixteen 1 MiB values written at once keep the bucket busy; a larger value spends
+    // it alone, so a 50 MB row is held whole once, not once with the bucket and again
+    // in the reader.
+    16 << 20
 }
 fn default_prefix() -> String {
     "outbox/".into()
