@@ -454,7 +454,7 @@ async fn a_replay_never_changes_what_an_earlier_record_points_to() {
 /// 50 MB rows, one per transaction, written faster than the bucket takes them: the
 /// values between the binlog and the bucket are bounded by `max_pending_bytes`, not by
 /// batches (before: 16 queued and 4 being written, about 1 GB against the chart's
-/// 192 MiB request). Peak RSS measured; every value read back whole.
+/// 192 MiB request then). Peak RSS measured; every value read back whole.
 #[tokio::test(flavor = "multi_thread")]
 async fn large_values_waiting_for_the_bucket_are_bounded_by_bytes() {
     let _settings = SERVER_SETTINGS.read().await;
