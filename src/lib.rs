@@ -25,12 +25,17 @@
 //!              sections of the wiring and the operator commands, which are no stage)
 //! ops/         operator commands beside the flow: validate, import, recover, prune,
 //!              replay, reconcile (and the audit trail)
+//! pool/        many sources over many instances: the pool file, one lock topic per
+//!              source, each source run as a standby pair's member (`pipeline`)
+//! secret/      beside the flow: values never printed (`${env:}` / `${file:}`
+//!              references, redaction)
+//! stop.rs      a stop asked while a command's work runs, honoured within a bound
 //! cli/         the command line the binary runs: one file per subcommand
 //! ```
 //!
 //! Imports follow the arrows: a stage uses earlier stages' types, `monitor` and `kafka`
 //! (which use none of the later ones); `config` composes the stages' sections; `pipeline` and
-//! `ops` use everything; nothing imports `pipeline` but `ops` and `cli`, nothing imports
+//! `ops` use everything; nothing imports `pipeline` but `ops`, `pool` and `cli`, nothing imports
 //! `ops` but `cli`, nothing imports `cli`. No module imports one that imports it back
 //! (`tests/layout.rs` checks).
 //!

@@ -378,9 +378,62 @@ pub(crate) struct ReconcileArgs {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
+    use clap::{CommandFactory, Parser};
 
     use super::*;
+
+    /// Every command path the binary takes (`checkpoint show`), `help` left out.
+    fn commands(cmd: &clap::Command, prefix: &str, out: &mut Vec<String>) {
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            let path = format!("{prefix}{}", sub.get_name());
+            if sub.has_subcommands() {
+                commands(sub, &format!("{path} "), out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+
+    /// docs/operating.md's command list: the command path of each line that starts a
+    /// command (`outbox-router [-c FILE] checkpoint show [--json …]`).
+    fn documented() -> Vec<String> {
+        let text = include_str!("../../docs/operating.md");
+        let block = text
+            .split("## Commands\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```\n").nth(1))
+            .expect("docs/operating.md has a ## Commands block");
+        block
+            .lines()
+            .filter_map(|line| line.strip_prefix("outbox-router "))
+            .map(|line| {
+                let line = line.strip_prefix("-c FILE ").unwrap_or(line);
+                // What the command does follows in a column after two spaces.
+                let usage = line.split("  ").next().unwrap_or(line);
+                usage
+                    .split_whitespace()
+                    .take_while(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+                    .take_while(|w| !w.starts_with('-'))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    }
+
+    /// The command list in docs/operating.md is the CLI's: every command listed, and
+    /// nothing listed that the binary does not take.
+    #[test]
+    fn the_operating_guide_lists_every_command() {
+        let mut cli = Vec::new();
+        commands(&Cli::command(), "", &mut cli);
+        let docs = documented();
+        let missing: Vec<_> = cli.iter().filter(|c| !docs.contains(c)).collect();
+        let unknown: Vec<_> = docs.iter().filter(|d| !cli.contains(d)).collect();
+        assert!(
+            missing.is_empty() && unknown.is_empty(),
+            "docs/operating.md ## Commands: missing {missing:?}, not commands {unknown:?}"
+        );
+    }
 
     /// Every duration flag takes the same forms: seconds, or a duration with units.
     #[test]

@@ -5,6 +5,7 @@ mod archive;
 mod boundary;
 mod config;
 mod connect;
+mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod mariadb;
@@ -14,18 +15,19 @@ mod row;
 pub mod server;
 pub mod snapshot;
 mod start;
+mod statement;
 mod transaction;
 
 pub use archive::Archive;
-pub use boundary::{
-    classify, statement_tables, Boundaries, Event as BoundaryEvent, Statement, Step, Xid,
-};
+pub use boundary::{Boundaries, Event as BoundaryEvent, Step};
 pub use config::{ResumeBy, SnapshotMode, SourceConfig, StartFrom, TlsMode};
-pub use connect::{connect, connect_as, Missing, SourceError};
+pub use connect::{connect, connect_as};
+pub use error::{Missing, SourceError};
 // The source's own vocabulary, for its modules (`super::Position`); other stages import
 // `crate::position`.
 use crate::position::{BinlogFile, GtidState, MariaGtid, Position, TableName};
 pub use reader::BinlogReader;
 pub use row::{RowImage, Rows, TableLayout};
 pub use start::{open_stream, ResumeAt, Stream};
+pub use statement::{classify, statement_tables, Statement, Xid};
 pub use transaction::{RowChange, RowOp, Transaction};

@@ -3,7 +3,8 @@
 //! the transaction (with its checkpoint) a group's end hands on.
 
 use crate::pattern::Pattern;
-use crate::source::boundary::{statement_tables, Step, Xid};
+use crate::source::boundary::Step;
+use crate::source::statement::{statement_tables, Xid};
 use crate::source::{Position, RowChange, RowOp, SourceError, Transaction};
 
 /// Rows in a transaction before a part of it is streamed: a transaction of any size then

@@ -357,7 +357,7 @@ impl BinlogReader {
                     return Err(self.decode_error(event_end, "QUERY event did not decode"));
                 };
                 let sql = q.query_raw();
-                let xa_start = super::boundary::classify(sql) == super::boundary::Statement::XaStart;
+                let xa_start = super::statement::classify(sql) == super::statement::Statement::XaStart;
                 let step = self.boundaries.step(&Boundary::Query(sql));
                 if step == Step::StatementDml {
                     return Err(self.statement_logged(sql, &q.schema(), event_end));

@@ -272,6 +272,26 @@ impl RouterProcess {
     }
 
     /// SIGTERM without waiting.
+    /// Sends SIGTERM to a process that still runs and expects it gone within `bound`;
+    /// prints how long it took, for `what`.
+    pub fn expect_term_within(&mut self, bound: Duration, what: &str) {
+        assert!(self.wait(Duration::ZERO).is_none(), "{}", self.log());
+        let asked = std::time::Instant::now();
+        self.signal_term();
+        let status = self.wait(Duration::from_secs(30));
+        let took = asked.elapsed();
+        println!(
+            "SIGTERM {what}: exited {status:?} after {} ms",
+            took.as_millis()
+        );
+        assert!(
+            status.is_some(),
+            "still running 30 s after SIGTERM:\n{}",
+            self.log()
+        );
+        assert!(took < bound, "{took:?}:\n{}", self.log());
+    }
+
     pub fn signal_term(&self) {
         self.signal("-TERM");
     }
