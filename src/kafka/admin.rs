@@ -197,7 +197,13 @@ impl TopicCreator {
                     tokio::task::block_in_place(|| wait_for_leaders(&admin, &[topic.to_string()]))?;
                 }
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {
-                    tokio::task::block_in_place(|| self.check_compacted_shape(topic, what))?
+                    // Another instance of the fleet may have created it a moment ago:
+                    // until its partitions answer, the broker describes it as having
+                    // none, which is not a shape to refuse.
+                    tokio::task::block_in_place(|| {
+                        wait_for_leaders(&self.admin, &[topic.to_string()])?;
+                        self.check_compacted_shape(topic, what)
+                    })?
                 }
                 Err((topic, code)) => return Err(creation_failed(topic, code)),
             }
@@ -235,13 +241,19 @@ impl TopicCreator {
                 .describe_configs(&[ResourceSpecifier::Topic(topic)], &opts),
         )
         .map_err(|e| lookup(e.to_string()))?;
-        let policy = described
-            .into_iter()
-            .flatten()
-            .flat_map(|r| r.entries)
-            .find(|e| e.name == "cleanup.policy")
-            .and_then(|e| e.value)
-            .unwrap_or_default();
+        // A lookup the broker answered with an error says nothing about the policy.
+        let mut policy = None;
+        for resource in described {
+            let resource =
+                resource.map_err(|code| lookup(format!("describing its configs: {code}")))?;
+            policy = resource
+                .entries
+                .into_iter()
+                .find(|e| e.name == "cleanup.policy")
+                .and_then(|e| e.value);
+        }
+        let policy =
+            policy.ok_or_else(|| lookup("the broker described no cleanup.policy".into()))?;
         let mut problems = Vec::new();
         if partitions != 1 {
             problems.push(format!("{partitions} partitions, it needs exactly 1"));
@@ -324,7 +336,9 @@ impl TopicCreator {
                     tracing::info!(%topic, "created topic");
                     created.push(topic);
                 }
-                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                // Another instance of the fleet may have created it a moment ago: its
+                // leaders are waited for like ours.
+                Err((topic, RDKafkaErrorCode::TopicAlreadyExists)) => created.push(topic),
                 Err((topic, code)) => return Err(creation_failed(topic, code)),
             }
         }

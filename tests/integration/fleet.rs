@@ -408,3 +408,70 @@ async fn any_instance_shows_and_guards_the_fleet_s_position() {
     write_stream(p.a.db.clone(), 20, 20, 10, 7).await;
     deliver_once(&p, 400, "import refused").await;
 }
+
+const BORN_TOGETHER_KAFKA_PORT: u16 = 9692;
+
+/// Two instances started together with `run --init` both create the commit-marker topic:
+/// the one whose creation loses meets a topic its partner created a moment ago, which
+/// the broker briefly describes with no partitions and no configs. That is a topic being
+/// born, not a shape to refuse (CI saw "0 partitions, cleanup.policy=" stop the pair's
+/// second instance).
+#[tokio::test(flavor = "multi_thread")]
+async fn instances_creating_the_marker_topic_at_once_both_accept_it() {
+    // Its own broker, alone: the load that widens the window would slow every other
+    // test's broker, and a third JVM starting beside busy tests took over 90 s.
+    let _settings = SERVER_SETTINGS.write().await;
+    let broker = PrivateBroker::new(BORN_TOGETHER_KAFKA_PORT);
+    broker.services("up");
+    let bootstrap = broker.bootstrap();
+    let cfg: outbox_router::kafka::KafkaConfig =
+        toml::from_str(&format!("bootstrap_servers = \"{bootstrap}\"")).unwrap();
+    // A pool starts one instance per node; more racers widen the window.
+    const RACERS: usize = 4;
+    let pid = std::process::id();
+    let admin = || -> AdminClient<DefaultClientContext> {
+        rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .create()
+            .unwrap()
+    };
+    // An admin client's futures never finish once it is dropped: one lives throughout.
+    let cleaner = admin();
+    for round in 0..10 {
+        let topic = format!("it.checkpoints.born_together.{pid}.{round}");
+        // A busy broker (other tests creating topics) applies a new topic's metadata
+        // later: a topic of many partitions just before widens the window CI met.
+        let busy = format!("it.busy.born_together.{pid}.{round}");
+        let (busy_admin, busy_name) = (admin(), busy.clone());
+        let busy_created = tokio::spawn(async move {
+            let replication = rdkafka::admin::TopicReplication::Fixed(1);
+            let busy_topic = rdkafka::admin::NewTopic::new(&busy_name, 60, replication);
+            let opts = AdminOptions::new();
+            busy_admin.create_topics(&[busy_topic], &opts).await
+        });
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(RACERS));
+        let racers: Vec<_> = (0..RACERS)
+            .map(|_| {
+                let (cfg, topic, barrier) = (cfg.clone(), topic.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    let creator = outbox_router::kafka::TopicCreator::new(&cfg).unwrap();
+                    tokio::task::block_in_place(|| barrier.wait());
+                    creator.ensure_compacted(&topic, "checkpoint")
+                })
+            })
+            .collect();
+        let busy_created = busy_created.await.unwrap().unwrap();
+        for racer in racers {
+            if let Err(e) = racer.await.unwrap() {
+                panic!("round {round}: an instance refused the topic its partner created: {e}");
+            }
+        }
+        assert!(busy_created.iter().all(|r| r.is_ok()), "{busy_created:?}");
+        let gone = [busy.as_str(), topic.as_str()];
+        cleaner
+            .delete_topics(&gone, &AdminOptions::new())
+            .await
+            .unwrap();
+    }
+}

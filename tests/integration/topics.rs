@@ -169,6 +169,30 @@ async fn record_refused_by_the_broker_stops_the_router_naming_the_event() {
     {
         r.unwrap();
     }
+    // The controller accepts the change before the broker applies it: a busy broker
+    // still refused the record with the old limit.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let described = admin
+            .describe_configs(
+                [&ResourceSpecifier::Topic(&topics[1])],
+                &AdminOptions::new(),
+            )
+            .await
+            .unwrap();
+        let resource = described.into_iter().next().unwrap().unwrap();
+        let limit = resource
+            .get("max.message.bytes")
+            .and_then(|e| e.value.clone());
+        if limit.as_deref() == Some("1048588") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "limit still {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let mut router = setup.start_router();
     drain_and_stop(&mut router, &topics, 4);
     let ids = ids(&topics);
