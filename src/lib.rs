@@ -30,14 +30,28 @@
 //! secret/      beside the flow: values never printed (`${env:}` / `${file:}`
 //!              references, redaction)
 //! stop.rs      a stop asked while a command's work runs, honoured within a bound
+//! progress.rs  an operator command's progress: a bar on a terminal, else log lines
 //! cli/         the command line the binary runs: one file per subcommand
 //! ```
 //!
 //! Imports follow the arrows: a stage uses earlier stages' types, `monitor` and `kafka`
 //! (which use none of the later ones); `config` composes the stages' sections; `pipeline` and
-//! `ops` use everything; nothing imports `pipeline` but `ops`, `pool` and `cli`, nothing imports
-//! `ops` but `cli`, nothing imports `cli`. No module imports one that imports it back
-//! (`tests/layout.rs` checks).
+//! `ops` use everything. The floors, top first — a module imports only from floors below
+//! its own (`tests/layout.rs` reads this list and checks every import against it, and
+//! that no file imports one that imports it back):
+//!
+//! ```text
+//! floor 9: cli
+//! floor 8: ops pool
+//! floor 7: pipeline
+//! floor 6: config
+//! floor 5: ha
+//! floor 4: sink
+//! floor 3: route
+//! floor 2: outbox monitor
+//! floor 1: checkpoint source kafka
+//! floor 0: position pattern civil units secret stop progress bytes_json cause_chain
+//! ```
 //!
 //! The binary (`main.rs`) is `cli`'s thin caller, so what only the library uses is
 //! `pub(crate)` and the compiler finds what nothing uses: `pipeline`, `ops`, `sink`,
@@ -75,6 +89,7 @@ pub mod pattern;
 pub(crate) mod pipeline;
 pub(crate) mod pool;
 pub mod position;
+pub(crate) mod progress;
 pub mod route;
 pub(crate) mod secret;
 pub(crate) mod sink;

@@ -1,6 +1,6 @@
 //! The `outbox-router` command line: parses, sets up logging, dispatches to the
 //! library's `cli`, and turns the outcome into an exit code (the table is in
-//! `cli/mod.rs` and docs/operating.md).
+//! `cli/exit.rs` and docs/operating.md).
 
 use std::process::ExitCode;
 

@@ -1,11 +1,14 @@
-//! The code layout's promise (lib.rs, docs/development.md "Code layout"): no circle of
-//! imports at any level. At the top, between the library's modules (a file or folder
-//! under `src/`); inside every folder, between its rooms (each file, each sub-folder as
-//! one, `mod.rs` as its own). Read with `syn` from the whole of every file except its
-//! `#[cfg(test)]` items (tests may reach anywhere): every `use` and every path through
-//! `crate::`, `super::` or `self::`, resolved through the `use` items of the module it
-//! names (`super::Position` from `source/archive.rs` is `crate::position`), is an arrow
-//! from its file to the file that defines what it names.
+//! The code layout's promises (lib.rs, docs/development.md "Code layout"): every import
+//! goes down lib.rs's floors, and no circle of imports at any level — at the top,
+//! between the library's modules (a file or folder under `src/`, `cli/` included);
+//! inside every folder, between its rooms (each file, each sub-folder as one, `mod.rs`
+//! as its own). Read with `syn` from the whole of every file except its `#[cfg(test)]`
+//! items (tests may reach anywhere): every `use`, every path through `crate::`,
+//! `super::` or `self::`, through a name the file `use`d or a child module
+//! (`standby::alternate(…)`), in code or in a macro's arguments, resolved through the
+//! `use` items of the module it names (`super::Position` from `source/archive.rs` is
+//! `crate::position`), is an arrow from its file to the file that defines what it
+//! names. A folder's `pub use` hands its children's names on and is no arrow itself.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -19,11 +22,15 @@ type ModPath = Vec<String>;
 struct File {
     /// Absolute paths it names (`use` trees expanded, `super` and `self` resolved).
     named: Vec<ModPath>,
+    /// Paths in its code that start with a plain name (`standby::alternate(…)`,
+    /// `sink::ensure(…)`): a child module's or a `use`d name's, resolved once every
+    /// file is known.
+    relative: Vec<Vec<String>>,
     /// Name → absolute path, from its `use` items (what `super::Name` reaches).
     uses: BTreeMap<String, ModPath>,
 }
 
-/// Every library file by module path (main.rs and the binary's `cli/` are not the
+/// Every library file by module path (main.rs, `cli`'s thin caller, is not the
 /// library).
 fn library() -> BTreeMap<ModPath, File> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -41,7 +48,7 @@ fn library() -> BTreeMap<ModPath, File> {
         if is_folder {
             module.pop();
         }
-        if module.first().is_some_and(|m| m == "main" || m == "cli") {
+        if module.first().is_some_and(|m| m == "main") {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
@@ -51,6 +58,7 @@ fn library() -> BTreeMap<ModPath, File> {
             is_folder,
             file: File {
                 named: Vec::new(),
+                relative: Vec::new(),
                 uses: BTreeMap::new(),
             },
         };
@@ -192,13 +200,28 @@ impl<'ast> Visit<'ast> for Reader {
         }
     }
 
+    // `bail!("{}", super::x(…))`, `format!`, `assert!`: a macro whose arguments are
+    // expressions is read as them (`matches!` and friends that are not stay unread).
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        use syn::punctuated::Punctuated;
+        let parser = Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated;
+        if let Ok(args) = mac.parse_body_with(parser) {
+            for arg in &args {
+                self.visit_expr(arg);
+            }
+        }
+        syn::visit::visit_macro(self, mac);
+    }
+
     // `pub(super)` / `pub(in crate::x)` say who may see an item, not what it uses.
     fn visit_visibility(&mut self, _: &'ast syn::Visibility) {}
 
     fn visit_path(&mut self, path: &'ast syn::Path) {
         let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
-        if let Some(absolute) = self.absolute(&segments) {
-            self.file.named.push(absolute);
+        match self.absolute(&segments) {
+            Some(absolute) => self.file.named.push(absolute),
+            None if segments.len() > 1 => self.file.relative.push(segments),
+            None => {}
         }
         syn::visit::visit_path(self, path);
     }
@@ -236,10 +259,26 @@ fn file_graph() -> BTreeMap<ModPath, BTreeSet<ModPath>> {
     files
         .iter()
         .map(|(module, file)| {
+            let relative = file.relative.iter().filter_map(|segments| {
+                // Through a name the file `use`d, or a child module of this one.
+                let (first, rest) = segments.split_first()?;
+                let mut path = match file.uses.get(first) {
+                    Some(used) => used.clone(),
+                    None => {
+                        let mut child = module.clone();
+                        child.push(first.clone());
+                        files.contains_key(&child).then_some(child)?
+                    }
+                };
+                path.extend(rest.iter().cloned());
+                Some(path)
+            });
             let targets = file
                 .named
                 .iter()
-                .filter_map(|p| defining(&files, p))
+                .cloned()
+                .chain(relative)
+                .filter_map(|p| defining(&files, &p))
                 .filter(|t| t != module)
                 .collect();
             (module.clone(), targets)
@@ -358,4 +397,127 @@ fn the_check_sees_what_it_must() {
         .unwrap()
         .insert(vec!["pipeline".to_string()]);
     assert!(!circles(&level(&graph, &[])).is_empty());
+}
+
+/// lib.rs's floors, lowest first: `floor N: a b c` lines of its map.
+fn floors() -> Vec<BTreeSet<String>> {
+    let lib =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
+    let mut floors: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
+    for line in lib.lines() {
+        let Some(rest) = line.strip_prefix("//! floor ") else {
+            continue;
+        };
+        let (n, names) = rest.split_once(':').expect("floor N: names");
+        let n: usize = n.trim().parse().expect("a floor's number");
+        let names = names.split_whitespace().map(str::to_string).collect();
+        assert!(floors.insert(n, names).is_none(), "floor {n} twice");
+    }
+    assert!(
+        floors.keys().copied().eq(0..floors.len()),
+        "floors numbered 0, 1, 2, …: {floors:?}"
+    );
+    floors.into_values().collect()
+}
+
+/// Every arrow between top-level modules that does not go down a floor.
+fn against_the_floors(
+    top: &BTreeMap<String, BTreeSet<String>>,
+    floors: &[BTreeSet<String>],
+) -> Vec<String> {
+    let floor_of = |m: &str| floors.iter().position(|f| f.contains(m));
+    let mut found = Vec::new();
+    // The crate root (`mod.rs` here) only declares the modules.
+    for (from, targets) in top.iter().filter(|(m, _)| *m != "mod.rs") {
+        let Some(a) = floor_of(from) else {
+            found.push(format!("{from} is on no floor of lib.rs"));
+            continue;
+        };
+        for to in targets {
+            match floor_of(to) {
+                Some(b) if b < a => {}
+                Some(b) => found.push(format!("{from} (floor {a}) imports {to} (floor {b})")),
+                None => found.push(format!("{to} is on no floor of lib.rs")),
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn every_import_goes_down_a_floor() {
+    let graph = file_graph();
+    let floors = floors();
+    // The house's height: ten floors for the modules there are.
+    assert!(floors.len() <= 10, "{} floors: {floors:?}", floors.len());
+    let top = level(&graph, &[]);
+    let on_floors: BTreeSet<&String> = floors.iter().flatten().collect();
+    let modules: BTreeSet<&String> = top.keys().filter(|m| *m != "mod.rs").collect();
+    assert_eq!(on_floors, modules, "lib.rs's floors name every module once");
+    let found = against_the_floors(&top, &floors);
+    assert!(
+        found.is_empty(),
+        "imports against lib.rs's floors:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_floor_check_sees_a_violation() {
+    let graph = file_graph();
+    let floors = floors();
+    let mut top = level(&graph, &[]);
+    // The arrow that used to add a floor: kafka's scan reporting through monitor.
+    top.get_mut("kafka").unwrap().insert("monitor".into());
+    let found = against_the_floors(&top, &floors);
+    assert_eq!(found, ["kafka (floor 1) imports monitor (floor 2)"]);
+}
+
+#[test]
+fn hidden_arrows_are_seen() {
+    let read = |module: &[&str], is_folder: bool, code: &str| {
+        let mut reader = Reader {
+            module: module.iter().map(|m| m.to_string()).collect(),
+            is_folder,
+            file: File {
+                named: Vec::new(),
+                relative: Vec::new(),
+                uses: BTreeMap::new(),
+            },
+        };
+        reader.visit_file(&syn::parse_file(code).unwrap());
+        reader.file
+    };
+    // Inside a macro's arguments.
+    let file = read(
+        &["cli", "status"],
+        false,
+        "fn f() { anyhow::bail!(\"{}\", super::no_store_at(d)) }",
+    );
+    assert!(
+        file.named
+            .contains(&vec!["cli".to_string(), "no_store_at".to_string()]),
+        "{:?}",
+        file.named
+    );
+    // A child module's path in code, and a path through a `use`d name.
+    let file = read(
+        &["pipeline"],
+        true,
+        "use crate::sink; fn f() { standby::alternate(); sink::open(); }",
+    );
+    assert!(file
+        .relative
+        .contains(&vec!["standby".to_string(), "alternate".to_string()]));
+    assert!(file
+        .relative
+        .contains(&vec!["sink".to_string(), "open".to_string()]));
+    assert_eq!(file.uses["sink"], vec!["sink".to_string()]);
+    // And the graph resolves them: pipeline/mod.rs reaches its standby file.
+    let graph = file_graph();
+    let pipeline = &graph[&vec!["pipeline".to_string()]];
+    assert!(
+        pipeline.contains(&vec!["pipeline".to_string(), "standby".to_string()]),
+        "{pipeline:?}"
+    );
 }

@@ -64,7 +64,7 @@ pub(super) async fn run(config: &Config, action: CheckpointAction) -> Result<Exi
             }
             let from_store = !matches!(shown.from, ShownFrom::Marker { .. });
             if from_store && !CheckpointStore::exists(dir) {
-                bail!("{}", super::no_store_at(dir))
+                bail!("{}", no_store_at(dir))
             }
             match (debezium, shown.checkpoint) {
                 (Some(_), None) => bail!(
@@ -162,4 +162,12 @@ async fn init(config: &Config) -> Result<()> {
         FirstStart::Recorded => println!("recorded the first start of {who} on {topic}"),
     }
     Ok(())
+}
+
+/// The plain answer of a read-only command pointed at a directory without a store.
+pub(super) fn no_store_at(dir: &std::path::Path) -> String {
+    format!(
+        "no checkpoint at {}: there is no checkpoint store in that directory (is checkpoint.dir right? a first start creates one with `checkpoint init` or `run --init`)",
+        dir.display()
+    )
 }

@@ -4,7 +4,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 
-use super::EXIT_UNKNOWN;
+use super::checkpoint::no_store_at;
+use super::exit::EXIT_UNKNOWN;
 use crate::checkpoint::{now_ms, CheckpointStore};
 use crate::config::Config;
 use crate::monitor::{RouterState, RunLock, Status, Unobserved};
@@ -59,7 +60,7 @@ async fn observe(config: &Config) -> Result<Status> {
     let holder = RunLock::holder(dir);
     let runs = unobserved.is_some() || holder.is_some();
     if !CheckpointStore::exists(dir) && !runs {
-        bail!("{}", super::no_store_at(dir));
+        bail!("{}", no_store_at(dir));
     }
     // Exactly-once: the fleet's position (its newest marker), not what this volume last
     // knew — a standby's store would report the fleet's lag and runway as its own.

@@ -11,7 +11,7 @@ use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::{KafkaClientError, KafkaConfig};
-use crate::monitor::CommandProgress;
+use crate::progress::CommandProgress;
 
 /// A partition that makes no progress this long stops the scan.
 const STALL: Duration = Duration::from_secs(60);

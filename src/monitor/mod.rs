@@ -1,7 +1,6 @@
 //! Monitoring beside the flow: metrics every stage updates, the status verdict (lag,
 //! binlog bytes behind, retention runway), and the loopback HTTP endpoints.
 
-mod command_progress;
 mod config;
 mod exposition;
 mod http;
@@ -15,7 +14,6 @@ mod server_clock;
 pub mod status;
 mod watch;
 
-pub use command_progress::CommandProgress;
 pub use config::MonitorConfig;
 pub use http::serve;
 pub use metrics::{

@@ -40,8 +40,6 @@ pub enum OpsError {
     #[error(transparent)]
     Audit(#[from] audit::AuditError),
     #[error(transparent)]
-    TakeOver(Box<import::TakeOverError>),
-    #[error(transparent)]
     Pipeline(Box<crate::pipeline::PipelineError>),
     #[error("checkpoint move-topic: commit markers live on a checkpoint topic in exactly-once mode only; in at-least-once mode the store holds the position")]
     MoveTopicNeedsExactlyOnce,
@@ -104,11 +102,5 @@ fn same_server(
 impl From<crate::pipeline::PipelineError> for OpsError {
     fn from(e: crate::pipeline::PipelineError) -> Self {
         OpsError::Pipeline(Box::new(e))
-    }
-}
-
-impl From<import::TakeOverError> for OpsError {
-    fn from(e: import::TakeOverError) -> Self {
-        OpsError::TakeOver(Box::new(e))
     }
 }

@@ -23,9 +23,9 @@ use super::OpsError;
 use crate::checkpoint::CheckpointConfig;
 use crate::checkpoint::{Checkpoint, CheckpointStore};
 use crate::config::OpsConfig;
-use crate::monitor::CommandProgress;
 use crate::outbox::OutboxConfig;
 use crate::position::{Position, TableName};
+use crate::progress::CommandProgress;
 use crate::source::SourceConfig;
 use crate::source::{self, server, SourceError};
 

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use super::{supervise, Ctx, PipelineError};
+use super::supervise::{supervise, Ctx};
+use super::PipelineError;
 use crate::config::Config;
 use crate::ha::{Lease, Lock, LockError};
 use crate::monitor::Role;

@@ -12,8 +12,9 @@ use futures::StreamExt;
 use super::{InvalidPolicy, PipelineError};
 use crate::checkpoint::now_ms;
 use crate::config::Config;
-use crate::monitor::{CommandProgress, Metrics};
+use crate::monitor::Metrics;
 use crate::position::Position;
+use crate::progress::CommandProgress;
 use crate::sink::{NullSink, Sink};
 use crate::source::{self, server, RowChange, RowOp, Transaction};
 

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use super::SecretError;
+use super::{Secret, SecretError};
 
 /// Replaces every reference in the string values under `root`; `path` names the key in
 /// messages, which never hold a resolved value.
@@ -18,7 +18,7 @@ fn walk_mut(value: &mut toml::Value, path: &mut Vec<String>) -> Result<(), Secre
     match value {
         toml::Value::String(s) if s.contains("${") => {
             let key = key_path(path);
-            if !super::RESOLVED_ON_CONNECT.contains(&key.as_str()) {
+            if !RESOLVED_ON_CONNECT.contains(&key.as_str()) {
                 *s = expand(s, &key)?;
             }
         }
@@ -184,6 +184,34 @@ pub fn is_secret_key(key: &str) -> bool {
     ];
     WORDS.iter().any(|word| key.contains(word)) || key.ends_with("apikey")
 }
+
+/// A database password, written one way of three: `password = "${env:NAME}"` or
+/// `"${file:PATH}"` (the form every secret of the file takes), or the shorthands
+/// `password_env = "NAME"` / `password_file = "PATH"` for the same references. Resolved
+/// here, when a command connects, not when the file is loaded: commands that only read
+/// local state (`health`, `checkpoint show`) run without it. `None` when none is set.
+pub fn resolve_password(
+    password: Option<&Secret>,
+    env: Option<&str>,
+    file: Option<&Path>,
+    key: &str,
+) -> Result<Option<Secret>, SecretError> {
+    let reference = match (password, env, file) {
+        (Some(text), None, None) => text.expose().to_string(),
+        (None, Some(var), None) => format!("${{env:{var}}}"),
+        (None, None, Some(path)) => format!("${{file:{}}}", path.display()),
+        (None, None, None) => return Ok(None),
+        _ => {
+            return Err(SecretError::new(format!(
+                "set only one of {key}, {key}_env and {key}_file"
+            )))
+        }
+    };
+    expand(&reference, key).map(|p| Some(Secret::new(p)))
+}
+
+/// The config keys `resolve_references` leaves for `resolve_password`.
+const RESOLVED_ON_CONNECT: [&str; 2] = ["source.password", "ops.password"];
 
 #[cfg(test)]
 mod tests {

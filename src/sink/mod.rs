@@ -4,6 +4,7 @@
 mod claim_check;
 mod config;
 mod kafka;
+mod open;
 #[cfg(test)]
 pub mod scripted;
 mod stdout;
@@ -13,13 +14,14 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-pub use claim_check::{CheckIn, ClaimCheckConfig, ClaimCheckSink, ValueBudget};
+pub use claim_check::{CheckIn, ClaimCheckConfig, ValueBudget};
 pub use config::DeliveryConfig;
 pub use kafka::{
     ensure_checkpoint_topic, first_start_key, first_start_of, fleet_checkpoint_topic, fleet_key,
     marker_history, note_fleet_checkpoint_topic, record_first_start, FencingWriter, FleetRecord,
-    KafkaSink, MarkerHistory,
+    MarkerHistory,
 };
+pub use open::kafka_sink;
 pub use stdout::StdoutSink;
 
 use crate::kafka::KafkaClientError;
@@ -138,20 +140,6 @@ fn is_permanent(error: &KafkaError) -> bool {
                 | InvalidArgument
         )
     )
-}
-
-/// The Kafka producer, with the claim check in front when there is one.
-pub fn kafka_sink(
-    kafka: &crate::kafka::KafkaConfig,
-    delivery: &DeliveryConfig,
-    claim_check: Option<CheckIn>,
-    metrics: &crate::monitor::Metrics,
-) -> Result<Box<dyn Sink>, SinkError> {
-    let producer = Box::new(KafkaSink::new(kafka, delivery, metrics)?);
-    Ok(match claim_check {
-        None => producer,
-        Some(check_in) => Box::new(ClaimCheckSink::new(producer, check_in)),
-    })
 }
 
 /// Where records go: handed over in order, each batch's delivery resolving once Kafka

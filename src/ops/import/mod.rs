@@ -6,7 +6,7 @@ mod kafka_properties;
 pub mod offsets;
 mod take_offset;
 
-pub use take_offset::{take_over_offset, TakeOverError};
+pub use take_offset::take_over_offset;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;

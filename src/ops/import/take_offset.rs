@@ -5,10 +5,9 @@
 use std::collections::BTreeMap;
 
 use super::offsets::{self, ConnectorKey, OffsetError, OffsetStore};
-use crate::checkpoint::{Checkpoint, CheckpointStore, OperatorCommand};
+use crate::checkpoint::{Checkpoint, CheckpointError, CheckpointStore, OperatorCommand};
 use crate::config::Config;
-use crate::ops::OpsError;
-use crate::pipeline::{record_operator_position, OperatorMove};
+use crate::pipeline::{record_operator_position, OperatorMove, PipelineError};
 use crate::position::Position;
 use crate::source::server::{refuse_move_past_prepared_xa, resume_by_gtid};
 use crate::source::{self, server, SourceError};
@@ -31,6 +30,12 @@ pub struct TakenOver {
 pub enum TakeOverError {
     #[error(transparent)]
     Offset(#[from] OffsetError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Pipeline(Box<PipelineError>),
     #[error("Debezium's offset of connector {connector:?}: {reason}")]
     NoPosition { connector: String, reason: String },
     #[error("the router already has a checkpoint in {dir} ({position}): importing would move it; `checkpoint reset --yes` first if that is what you want")]
@@ -57,6 +62,12 @@ pub enum TakeOverError {
     },
 }
 
+impl From<PipelineError> for TakeOverError {
+    fn from(e: PipelineError) -> Self {
+        TakeOverError::Pipeline(Box::new(e))
+    }
+}
+
 /// Reads connector `settings`' offset from `store` and writes it to the checkpoint
 /// store as the operator's, unless a checkpoint exists or the server cannot serve it.
 pub async fn take_over_offset(
@@ -64,10 +75,9 @@ pub async fn take_over_offset(
     settings: &BTreeMap<String, String>,
     store: &OffsetStore,
     ignore_prepared_xa: bool,
-) -> Result<TakenOver, OpsError> {
-    let key = ConnectorKey::of(settings).map_err(TakeOverError::from)?;
-    let offset = tokio::task::block_in_place(|| offsets::read(store, &key, &config.kafka))
-        .map_err(TakeOverError::from)?;
+) -> Result<TakenOver, TakeOverError> {
+    let key = ConnectorKey::of(settings)?;
+    let offset = tokio::task::block_in_place(|| offsets::read(store, &key, &config.kafka))?;
     let position = offset
         .position()
         .map_err(|reason| TakeOverError::NoPosition {
@@ -80,8 +90,7 @@ pub async fn take_over_offset(
         return Err(TakeOverError::CheckpointExists {
             dir: dir.display().to_string(),
             position: existing.position.to_string(),
-        }
-        .into());
+        });
     }
     // In exactly-once mode the fleet's position is the marker, whatever this volume holds
     // (an instance that never led has an empty store).
@@ -90,8 +99,7 @@ pub async fn take_over_offset(
             topic: config.delivery.checkpoint_topic.clone(),
             seq: marker.commit_seq,
             position: marker.position.to_string(),
-        }
-        .into());
+        });
     }
     let mut conn = source::connect(&config.source).await?;
     refuse_move_past_prepared_xa(&mut conn, "import-debezium --offsets", ignore_prepared_xa)
@@ -113,8 +121,7 @@ pub async fn take_over_offset(
                 host: config.source.host.clone(),
                 port: config.source.port,
                 ours,
-            }
-            .into());
+            });
         }
     }
     let commit_time_ms = offset.ts_sec.map_or(0, |s| s * 1000);

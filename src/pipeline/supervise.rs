@@ -1,0 +1,286 @@
+//! One pipeline run and its supervisor: connect, check the server, open the sink, find
+//! the start position, stream through read → sink → acknowledgements → checkpoint;
+//! after a transient error, again from the durable checkpoint with backoff.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use super::read::{self, InvalidPolicy};
+use super::{ack, start, PipelineError};
+use crate::checkpoint::CheckpointStore;
+use crate::config::Config;
+use crate::monitor::{Metrics, RestartReason};
+use crate::sink::{NullSink, Sink, StdoutSink};
+use crate::source::{self, server, SourceError};
+
+/// Transactions buffered between the reader and the sink. The in-flight window, not
+/// this queue, keeps Kafka busy: 16 is as fast as 128 in `bench/backlog` and holds a
+/// tenth of the memory when transactions are large.
+const CHANNEL_TRANSACTIONS: usize = 16;
+
+/// Which sink to run with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkKind {
+    /// Kafka, the product.
+    Kafka,
+    /// JSON lines on stdout (dry run).
+    Stdout,
+    /// Nowhere: acknowledged at once (benchmarks of the read side).
+    Null,
+}
+
+/// What every run of the pipeline shares.
+#[derive(Clone, Copy)]
+pub(super) struct Ctx<'a> {
+    pub(super) config: &'a Config,
+    pub(super) store: &'a CheckpointStore,
+    pub(super) sink_kind: SinkKind,
+    pub(super) shutdown: &'a CancellationToken,
+    pub(super) metrics: &'a Metrics,
+    /// `[ha]`: the lock this instance must hold to stream.
+    pub(super) lock: Option<&'a crate::ha::Lease>,
+}
+
+/// Restarts `run_once` after transient errors, with backoff.
+pub(super) async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
+    let Ctx {
+        shutdown, metrics, ..
+    } = *ctx;
+    let mut delay = Duration::from_millis(500);
+    let mut conflicts = ConflictWindow::default();
+    loop {
+        if let Some(lock) = ctx.lock {
+            // A restart must not fence a leader that took over while we were failing.
+            if let Err(why) = lock.confirm().await {
+                warn!(reason = %why, "not restarting: the lock is no longer ours");
+                return Ok(());
+            }
+        }
+        let started = Instant::now();
+        let result = run_once(ctx).await;
+        metrics.set_connected(false);
+        metrics.progress().restarted();
+        let snapshot = metrics.snapshot();
+        match result {
+            Ok(()) => {
+                info!(?snapshot, "stopped");
+                return Ok(());
+            }
+            Err(e) if e.is_transient() && !shutdown.is_cancelled() => {
+                if started.elapsed() > Duration::from_secs(60) {
+                    delay = Duration::from_millis(500);
+                }
+                let reason = e.restart_reason();
+                if reason == RestartReason::ServerIdConflict {
+                    metrics.server_id_conflict();
+                    let times = conflicts.record();
+                    let max = ctx.config.source.server_id_conflicts_max.max(1) as usize;
+                    let server_id = ctx.config.source.server_id;
+                    if times >= max {
+                        error!(?snapshot, server_id, times, "stopped: the binlog stream keeps being taken by another replica with this server id");
+                        return Err(PipelineError::ServerIdConflicts {
+                            server_id,
+                            times,
+                            window_mins: CONFLICT_WINDOW.as_secs() / 60,
+                        });
+                    }
+                    warn!(error = %e, server_id, times, stop_at = max, "another replica with this source.server_id is connected to the server (a second router or a copied config?); give each its own server_id");
+                }
+                metrics.restart(reason);
+                warn!(error = %e, reason = reason.as_str(), retry_in_ms = delay.as_millis() as u64, "pipeline stopped by a transient error; resuming from the last checkpoint");
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = shutdown.cancelled() => return Ok(()),
+                }
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+            Err(e) if e.is_transient() => {
+                // Asked to stop (or the lock was lost) and the stop's last step met what a
+                // restart would retry: nothing is lost, the next start reads it again.
+                warn!(error = %e, ?snapshot, "stopped; the stop's last step failed, so a start resumes from the last durable checkpoint and what was not acknowledged or committed is read again");
+                return Ok(());
+            }
+            Err(e) => {
+                error!(?snapshot, "stopped by an error");
+                return Err(with_what_is_purged(ctx.config, e).await);
+            }
+        }
+    }
+}
+
+/// How far back server-id conflicts count towards `source.server_id_conflicts_max`.
+const CONFLICT_WINDOW: Duration = Duration::from_secs(600);
+
+/// Recent times another replica with our server id took the stream.
+#[derive(Default)]
+struct ConflictWindow(std::collections::VecDeque<Instant>);
+
+impl ConflictWindow {
+    /// Records one now; returns how many fall in the window.
+    fn record(&mut self) -> usize {
+        let now = Instant::now();
+        self.0.push_back(now);
+        while self
+            .0
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > CONFLICT_WINDOW)
+        {
+            self.0.pop_front();
+        }
+        self.0.len()
+    }
+}
+
+/// A purge found through the stream does not know what is gone yet: ask.
+async fn with_what_is_purged(config: &Config, e: PipelineError) -> PipelineError {
+    let PipelineError::Source(SourceError::Purged { needed, missing }) = e else {
+        return e;
+    };
+    let missing = match source::connect(&config.source).await {
+        Ok(mut conn) => server::what_is_purged(&mut conn, &needed)
+            .await
+            .unwrap_or(missing),
+        Err(_) => missing,
+    };
+    PipelineError::Source(SourceError::Purged { needed, missing })
+}
+
+async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
+    let Ctx {
+        config,
+        store,
+        sink_kind,
+        shutdown,
+        metrics,
+        ..
+    } = *ctx;
+    let phases = std::time::Instant::now();
+    let mut conn = source::connect(&config.source).await?;
+    let connected = phases.elapsed();
+    let flavor = server::flavor(&mut conn).await?;
+    start::measure_server_clock(&mut conn, metrics).await?;
+    let problems = server::settings_problems(&mut conn).await?;
+    if !problems.is_empty() {
+        return Err(PipelineError::ServerSettings {
+            problems: problems.iter().map(ToString::to_string).collect(),
+        });
+    }
+    let tables = config.table_patterns();
+    start::check_outbox_tables(&mut conn, &tables, metrics).await?;
+    let checked = phases.elapsed();
+    // One claim check (one S3 client) for the stage ahead of the sink and the sink.
+    let check_in = match (&config.claim_check, sink_kind) {
+        (Some(cfg), SinkKind::Kafka) => Some(crate::sink::CheckIn::new(cfg, metrics)?),
+        _ => None,
+    };
+    let sink: Box<dyn Sink> = match sink_kind {
+        SinkKind::Kafka => {
+            crate::sink::kafka_sink(&config.kafka, &config.delivery, check_in.clone(), metrics)?
+        }
+        SinkKind::Stdout => Box::new(StdoutSink),
+        SinkKind::Null => Box::new(NullSink),
+    };
+    let sink = sink.as_ref();
+    let sink_ready = phases.elapsed();
+    let checkpoint = start::start_position(config, store, &mut conn, flavor, sink).await?;
+    let positioned = phases.elapsed();
+    metrics.set_checkpoint(&checkpoint);
+    let resume = source::ResumeAt {
+        position: &checkpoint.position,
+        server_id: checkpoint.server_id,
+        delivered_through: checkpoint.delivered_through.clone(),
+    };
+    let Some(stream) =
+        source::open_stream(&config.source, conn, flavor, resume, &tables, shutdown).await?
+    else {
+        return Ok(());
+    };
+    let source::Stream {
+        reader,
+        server_id,
+        by_gtid,
+    } = stream;
+    // Every checkpoint from here on points into this server's binlog.
+    let checkpoint = checkpoint.on_server(server_id);
+    let start = &checkpoint.position;
+    metrics.set_connected(true);
+    tracing::debug!(
+        connect_ms = connected.as_millis() as u64,
+        server_checks_ms = checked.as_millis() as u64,
+        sink_ms = sink_ready.as_millis() as u64,
+        position_ms = positioned.as_millis() as u64,
+        stream_ms = phases.elapsed().as_millis() as u64,
+        "start phases (ms since the pipeline's start)"
+    );
+    info!(position = %start, delivered_through = ?checkpoint.delivered_through.as_ref().map(ToString::to_string), by_gtid, tables = ?config.outbox.tables, "streaming binlog");
+
+    let (mapper, router) = read::stages(config).await?;
+    let budget = check_in.as_ref().map(|c| c.budget().clone());
+    let (tx, rx) = mpsc::channel(CHANNEL_TRANSACTIONS);
+    // The claim check writes values a few transactions ahead of the sink.
+    let (rx, check_in_task) = match check_in {
+        Some(check_in) => {
+            let (checked_tx, checked_rx) = mpsc::channel(CHANNEL_TRANSACTIONS);
+            (
+                checked_rx,
+                Some(tokio::spawn(check_in.ahead(rx, checked_tx))),
+            )
+        }
+        _ => (rx, None),
+    };
+    let stop_reading = shutdown.child_token();
+    let reader_task = tokio::spawn(read::read_loop(
+        InvalidPolicy::of(config),
+        reader,
+        mapper,
+        router,
+        read::Handoff { tx, budget },
+        stop_reading.clone(),
+        metrics.clone(),
+    ));
+
+    let prefix = ack::Prefix::new(
+        store,
+        &checkpoint,
+        Duration::from_millis(config.checkpoint.flush_interval_ms),
+        metrics,
+    );
+    let acked = ack::acknowledge(
+        sink,
+        rx,
+        &stop_reading,
+        prefix,
+        &config.pipeline,
+        &config.delivery,
+    )
+    .await;
+    stop_reading.cancel();
+    let read = reader_task.await.map_err(|e| PipelineError::TaskFailed {
+        task: "reader",
+        reason: e.to_string(),
+    })?;
+    let checked_in = match check_in_task {
+        // The acker failed: values still being written are not needed.
+        Some(task) if acked.is_err() => {
+            task.abort();
+            Ok(())
+        }
+        Some(task) => task.await.map_err(|e| PipelineError::TaskFailed {
+            task: "claim check",
+            reason: e.to_string(),
+        })?,
+        None => Ok(()),
+    };
+    // A delivery failure explains a reader stop, not the other way round; a fenced
+    // producer's failures say so only through its fatal error.
+    acked.map_err(|e| match e {
+        PipelineError::Sink(e) => PipelineError::Sink(sink.explain(e)),
+        other => other,
+    })?;
+    // A value the claim check could not write ended the stream before its record.
+    checked_in.map_err(PipelineError::Sink)?;
+    read
+}
