@@ -41,14 +41,13 @@
 //! that no file imports one that imports it back):
 //!
 //! ```text
-//! floor 9: cli
-//! floor 8: ops pool
-//! floor 7: pipeline
-//! floor 6: config
-//! floor 5: ha
+//! floor 8: cli
+//! floor 7: ops pool
+//! floor 6: pipeline
+//! floor 5: config
 //! floor 4: sink
 //! floor 3: route
-//! floor 2: outbox monitor
+//! floor 2: outbox monitor ha
 //! floor 1: checkpoint source kafka
 //! floor 0: position pattern civil units secret stop progress bytes_json cause_chain
 //! ```

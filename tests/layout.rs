@@ -448,8 +448,8 @@ fn against_the_floors(
 fn every_import_goes_down_a_floor() {
     let graph = file_graph();
     let floors = floors();
-    // The house's height: ten floors for the modules there are.
-    assert!(floors.len() <= 10, "{} floors: {floors:?}", floors.len());
+    // The house's height: nine floors for the library, main.rs the tenth.
+    assert!(floors.len() <= 9, "{} floors: {floors:?}", floors.len());
     let top = level(&graph, &[]);
     let on_floors: BTreeSet<&String> = floors.iter().flatten().collect();
     let modules: BTreeSet<&String> = top.keys().filter(|m| *m != "mod.rs").collect();

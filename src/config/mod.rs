@@ -101,7 +101,7 @@ impl Config {
         match (&self.pool_lock, self.ha.enabled) {
             (Some(lock), _) => Some(lock.clone()),
             (None, true) => Some(FleetLock {
-                group: self.ha.group(&self.delivery),
+                group: self.ha.group(&self.delivery.transactional_id),
                 topic: self.ha.lock_topic.clone(),
             }),
             (None, false) => None,
@@ -288,7 +288,7 @@ impl Config {
         self.delivery.check()?;
         self.delivery
             .check_against_transaction_timeout(crate::kafka::transaction_timeout_ms(&self.kafka))?;
-        self.ha.check(&self.delivery)?;
+        self.ha.check(self.delivery.exactly_once())?;
         if self.delivery.exactly_once() && self.checkpoint.name.is_some() {
             return Err("checkpoint.name is for at-least-once mode: exactly-once mode records its first start under delivery.transactional_id; remove checkpoint.name".into());
         }

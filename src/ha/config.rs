@@ -2,8 +2,6 @@
 
 use serde::Deserialize;
 
-use crate::sink::DeliveryConfig;
-
 /// Hot standby settings.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -44,10 +42,10 @@ impl Default for HaConfig {
 }
 
 impl HaConfig {
-    /// The lock group's id.
-    pub fn group(&self, delivery: &DeliveryConfig) -> String {
+    /// The lock group's id: by default named after the fleet's `transactional_id`.
+    pub fn group(&self, transactional_id: &str) -> String {
         match self.group_id.trim() {
-            "" => format!("outbox-router-ha.{}", delivery.transactional_id),
+            "" => format!("outbox-router-ha.{transactional_id}"),
             id => id.to_string(),
         }
     }
@@ -65,12 +63,12 @@ impl HaConfig {
         }
     }
 
-    /// What is wrong with these settings, if anything.
-    pub fn check(&self, delivery: &DeliveryConfig) -> Result<(), String> {
+    /// What is wrong with these settings beside the delivery mode's, if anything.
+    pub fn check(&self, exactly_once: bool) -> Result<(), String> {
         if !self.enabled {
             return Ok(());
         }
-        if !delivery.exactly_once() {
+        if !exactly_once {
             return Err("ha.enabled = true needs delivery.mode = \"exactly-once\": the transactional producer is what fences an old leader, so that a paused or cut-off one can never write again".into());
         }
         if self.session_timeout_ms < 1000 {
@@ -100,12 +98,9 @@ mod tests {
     #[test]
     fn ha_needs_exactly_once() {
         let ha: HaConfig = toml::from_str("enabled = true").unwrap();
-        let at_least_once = DeliveryConfig::default();
-        let err = ha.check(&at_least_once).unwrap_err();
+        let err = ha.check(false).unwrap_err();
         assert!(err.contains("exactly-once"), "{err}");
-        let eos: DeliveryConfig =
-            toml::from_str("mode = \"exactly-once\"\ntransactional_id = \"t1\"").unwrap();
-        ha.check(&eos).unwrap();
-        assert_eq!(ha.group(&eos), "outbox-router-ha.t1");
+        ha.check(true).unwrap();
+        assert_eq!(ha.group("t1"), "outbox-router-ha.t1");
     }
 }

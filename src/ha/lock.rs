@@ -16,7 +16,6 @@ use tracing::debug;
 
 use super::HaConfig;
 use crate::kafka::{consumer_config, KafkaClientError, KafkaConfig, TopicCreator};
-use crate::sink::DeliveryConfig;
 
 /// Why the lock group cannot be joined or asked.
 #[derive(Debug, thiserror::Error)]
@@ -82,10 +81,10 @@ impl Lock {
     pub fn join(
         kafka: &KafkaConfig,
         ha: &HaConfig,
-        delivery: &DeliveryConfig,
+        transactional_id: &str,
     ) -> Result<Lease, LockError> {
         let group = LockGroup {
-            group: ha.group(delivery),
+            group: ha.group(transactional_id),
             topics: vec![ha.lock_topic.clone()],
             instance: ha.instance_name(),
             session_timeout_ms: ha.session_timeout_ms,

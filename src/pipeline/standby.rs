@@ -19,7 +19,7 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) async fn lead_when_elected(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let config = ctx.config;
     let instance = config.ha.instance_name();
-    let group = config.ha.group(&config.delivery);
+    let group = config.ha.group(&config.delivery.transactional_id);
     ctx.metrics.set_role(Role::Standby, Some(&instance));
     let Some(lock) = join(ctx, &group).await? else {
         return Ok(());
@@ -35,8 +35,9 @@ pub(super) async fn lead_when_elected(ctx: &Ctx<'_>) -> Result<(), PipelineError
 async fn join(ctx: &Ctx<'_>, group: &str) -> Result<Option<Lease>, PipelineError> {
     let config = ctx.config;
     loop {
-        let joined =
-            tokio::task::block_in_place(|| Lock::join(&config.kafka, &config.ha, &config.delivery));
+        let joined = tokio::task::block_in_place(|| {
+            Lock::join(&config.kafka, &config.ha, &config.delivery.transactional_id)
+        });
         match joined {
             Ok(lock) => return Ok(Some(lock)),
             Err(LockError::Topic(e)) if !e.is_transient() => return Err(LockError::Topic(e).into()),
