@@ -190,23 +190,23 @@ impl TopicCreator {
         })
         .map_err(|e| failed(e.to_string()))?;
         for result in results {
-            match result {
+            let existed = match result {
                 Ok(_) => {
                     tracing::info!(%topic, "created the {what} topic");
-                    let admin = self.admin.clone();
-                    tokio::task::block_in_place(|| wait_for_leaders(&admin, &[topic.to_string()]))?;
+                    false
                 }
-                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {
-                    // Another instance of the fleet may have created it a moment ago:
-                    // until its partitions answer, the broker describes it as having
-                    // none, which is not a shape to refuse.
-                    tokio::task::block_in_place(|| {
-                        wait_for_leaders(&self.admin, &[topic.to_string()])?;
-                        self.check_compacted_shape(topic, what)
-                    })?
-                }
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => true,
                 Err((topic, code)) => return Err(creation_failed(topic, code)),
-            }
+            };
+            // Ours or another instance's of a moment ago: until its partitions answer,
+            // the broker describes it as having none, which is not a shape to refuse.
+            tokio::task::block_in_place(|| {
+                wait_for_leaders(&self.admin, &[topic.to_string()])?;
+                match existed {
+                    true => self.check_compacted_shape(topic, what),
+                    false => Ok(()),
+                }
+            })?;
         }
         Ok(())
     }
@@ -329,22 +329,21 @@ impl TopicCreator {
                     reason: error.to_string(),
                 },
             })?;
-        let mut created = Vec::new();
+        // Ours, and those another instance of the fleet created a moment ago.
+        let mut new_topics = Vec::new();
         for result in results {
             match result {
                 Ok(topic) => {
                     tracing::info!(%topic, "created topic");
-                    created.push(topic);
+                    new_topics.push(topic);
                 }
-                // Another instance of the fleet may have created it a moment ago: its
-                // leaders are waited for like ours.
-                Err((topic, RDKafkaErrorCode::TopicAlreadyExists)) => created.push(topic),
+                Err((topic, RDKafkaErrorCode::TopicAlreadyExists)) => new_topics.push(topic),
                 Err((topic, code)) => return Err(creation_failed(topic, code)),
             }
         }
-        if !created.is_empty() && !skip_leader_wait() {
+        if !new_topics.is_empty() && !skip_leader_wait() {
             let admin = self.admin.clone();
-            tokio::task::spawn_blocking(move || wait_for_leaders(&admin, &created))
+            tokio::task::spawn_blocking(move || wait_for_leaders(&admin, &new_topics))
                 .await
                 .map_err(|e| KafkaClientError::CreateTopic {
                     topic: unknown.join(","),
