@@ -175,6 +175,11 @@ impl Lock {
             topic: topics.join(", "),
             reason,
         };
+        // Tests refuse a reload's subscription (`lock.resubscribe_refused`) the way an
+        // unreachable coordinator would.
+        fail::fail_point!("lock.resubscribe_refused", |_| Err(failed(
+            "refused (failpoint)".into()
+        )));
         let known: Vec<String> = self
             .leading
             .lock()

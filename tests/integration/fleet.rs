@@ -301,9 +301,14 @@ async fn checkpoint_set_on_a_standby_takes_effect_for_the_fleet_at_once() {
     let [(mut leader, _), (mut standby, _)] = start_both(&p).await;
     drain_and_stop(&mut leader, &p.topics, 1610);
     standby.stop(Duration::from_secs(30));
-    let msgs = read_all(&p.topics);
+    assert_redelivered(&p.topics, 1510, 1400..1500, "the move");
+}
+
+/// Every one of `total` events is in the topics, those of `again` twice and the rest
+/// once: what an operator asked to be sent again, and nothing else.
+fn assert_redelivered(topics: &[String], total: usize, again: std::ops::Range<u64>, what: &str) {
     let mut times: HashMap<String, usize> = HashMap::new();
-    for m in &msgs {
+    for m in &read_all(topics) {
         *times.entry(m.id()).or_default() += 1;
     }
     let mut twice: Vec<u64> = times
@@ -312,13 +317,69 @@ async fn checkpoint_set_on_a_standby_takes_effect_for_the_fleet_at_once() {
         .map(|(id, _)| id.trim_start_matches("s-").parse().unwrap())
         .collect();
     twice.sort();
+    println!(
+        "fleet {what}: events={total} delivered={} twice={} (asked for {})",
+        times.len(),
+        twice.len(),
+        again.end - again.start
+    );
     assert_eq!(
         twice,
-        (1400..1500).collect::<Vec<u64>>(),
-        "the move re-delivered other events"
+        again.collect::<Vec<u64>>(),
+        "{what} re-delivered other events"
     );
-    assert_eq!(times.len(), 1510);
-    assert!(times.values().all(|n| *n <= 2));
+    assert_eq!(times.len(), total, "{what}: events missing");
+    assert!(times.values().all(|n| *n <= 2), "{what}: sent three times");
+}
+
+/// `recover` run on a stopped standby, as after a purge: it re-publishes the rows of its
+/// window and commits its position as the fleet's marker at once, fencing the leader
+/// (before, like `checkpoint set`, it waited in the standby's store and was applied
+/// when that instance next led, over a marker that had moved on). After it, 1,000 rows
+/// and a takeover: the window's rows twice, as asked, and nothing else.
+#[tokio::test(flavor = "multi_thread")]
+async fn recover_on_a_standby_takes_effect_for_the_fleet_at_once() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let p = pair("fleet_recover").await;
+    let mut a = p.a.start_router_with(&[], INIT);
+    wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
+    let mut b = p.b.start_router_with(&[], INIT);
+    wait_standby_ready(p.b.monitor_port, &b).await;
+    write_stream(p.a.db.clone(), 0, 30, 10, 7).await;
+    assert_eq!(wait_for_ids(&p.topics, 300, Duration::from_secs(60)), 300);
+    // The recover window starts at the next whole second: rows before it are outside.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let since = now.as_secs() + 1;
+    tokio::time::sleep(Duration::from_secs(since) - now + Duration::from_millis(200)).await;
+    write_stream(p.a.db.clone(), 30, 10, 10, 7).await;
+    assert_eq!(wait_for_ids(&p.topics, 400, Duration::from_secs(60)), 400);
+
+    b.stop(Duration::from_secs(30));
+    let said = operator(&p.b, &["recover", "--since", &since.to_string()]);
+    assert!(
+        said.contains("instance a") && said.contains("fenced"),
+        "{said}"
+    );
+    write_stream(p.a.db.clone(), 40, 1, 10, 7).await;
+    let status = a.wait(Duration::from_secs(60));
+    assert!(status.is_some(), "the fenced leader runs on:\n{}", a.log());
+
+    let [(mut leader, _), (standby, standby_setup)] = start_both(&p).await;
+    write_stream(p.a.db.clone(), 41, 100, 10, 7).await;
+    assert_eq!(wait_for_ids(&p.topics, 1410, Duration::from_secs(60)), 1410);
+    leader.kill9();
+    wait_streaming(
+        standby_setup.monitor_port,
+        Duration::from_secs(90),
+        &standby,
+    )
+    .await;
+    write_stream(p.a.db.clone(), 141, 9, 10, 7).await;
+    let mut leader = standby;
+    drain_and_stop(&mut leader, &p.topics, 1500);
+    assert_redelivered(&p.topics, 1500, 300..400, "recover on a standby");
 }
 
 /// Debezium's offset of connector `name` (server `shop`) at `file:pos`, on a Connect

@@ -85,10 +85,17 @@ impl Pool {
     }
 
     fn start(&self, instance: &str, port: u16, args: &[&str]) -> RouterProcess {
-        self.start_file(instance, &self.file(instance, port), args)
+        self.start_file(instance, &self.file(instance, port), args, &[])
     }
 
-    fn start_file(&self, instance: &str, file: &std::path::Path, args: &[&str]) -> RouterProcess {
+    /// Instance `instance` from `file`, with `run`'s `args` and extra environment.
+    fn start_file(
+        &self,
+        instance: &str,
+        file: &std::path::Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> RouterProcess {
         static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = self.dir.path().join(format!("{instance}-{run}.log"));
@@ -98,6 +105,7 @@ impl Pool {
             .arg("run")
             .args(args)
             .env("IT_CDC_PASSWORD", "cdc-secret")
+            .envs(env.iter().copied())
             .env(
                 "OUTBOX_ROUTER_LOG",
                 "info,outbox_router=debug,rdkafka=warn,outbox_router::pipeline::ack=info",
@@ -542,9 +550,134 @@ async fn sources_are_added_and_removed_without_a_restart() {
     finish_sources(&pool, writers, &mut [&mut a, &mut b]).await;
 }
 
+/// A reload whose new subscription the group refuses (a coordinator out of reach, here
+/// a failpoint refusing 15 times) leaves no source unled: a changed source restarts
+/// where its lock still is and keeps delivering while the refusals last, an added one
+/// is shown failed and joins at a later reload. Before, the changed source stayed
+/// stopped on the instance that still owned its lock partition, so no instance led it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_resubscription_leaves_no_source_unled() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let pool = Pool::new("poolsub", 3).await;
+    let file = |i: usize| {
+        pool.dir
+            .path()
+            .join(format!("sources.d/{}.toml", pool.names[i]))
+    };
+    let aside = pool.dir.path().join(format!("{}.toml", pool.names[2]));
+    std::fs::rename(file(2), &aside).unwrap();
+    let (pa, pb) = (monitor_port(), monitor_port());
+    let refused = [("FAILPOINTS", "lock.resubscribe_refused=15*return")];
+    let mut a = pool.start_file("a", &pool.file("a", pa), &["--init"], &refused);
+    let mut b = pool.start_file("b", &pool.file("b", pb), &[], &refused);
+    wait_balanced(&[pa, pb], 2, Duration::from_secs(90), &[&a, &b]).await;
+    let mut writers: Vec<(usize, Writer)> = (0..3).map(|i| (i, pool.writer(i))).collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // A ConfigMap edit: source 0 changed (a setting, so it restarts), source 2 added.
+    let mut changed: toml::Table =
+        toml::from_str(&std::fs::read_to_string(file(0)).unwrap()).unwrap();
+    changed["pipeline"]
+        .as_table_mut()
+        .unwrap()
+        .insert("shutdown_timeout_secs".into(), 21.into());
+    std::fs::write(file(0), toml::to_string(&changed).unwrap()).unwrap();
+    std::fs::rename(&aside, file(2)).unwrap();
+    let init = std::process::Command::new(router_bin())
+        .arg("--config")
+        .arg(pool.file("a", pa))
+        .args(["--source", &pool.names[2], "checkpoint", "init"])
+        .env("IT_CDC_PASSWORD", "cdc-secret")
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{init:?}");
+    a.signal_hup();
+    b.signal_hup();
+
+    // While the group refuses (15 refusals, at one reload every 2 s per instance): the
+    // added source is failed on both instances, the changed one is led again within
+    // 10 s and its events arrive within 10 s more.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for port in [pa, pb] {
+        while source_failed(port, &pool.names[2]).await != Some(1.0) {
+            assert!(
+                Instant::now() < deadline,
+                "{} not shown failed on {port}:\n{}\n=====\n{}",
+                pool.names[2],
+                a.log(),
+                b.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let refusing = Instant::now();
+    let log = format!("{}\n{}", a.log(), b.log());
+    assert!(
+        log.contains("cannot subscribe to its lock topic yet"),
+        "no refusal logged:\n{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("pool reload: stopping the source")
+                && l.contains(&format!("source={}", pool.names[0]))
+                && l.contains("restarted=true")),
+        "the change of source 0 was not seen:\n{log}"
+    );
+    wait_led_within(
+        &[pa, pb],
+        &pool.names[..2],
+        &[&a, &b],
+        Duration::from_secs(10),
+    )
+    .await;
+    let (_, w0) = writers.remove(0);
+    let total0 = w0.stop().await;
+    let seen = wait_for_ids(&pool.topics(0), total0, Duration::from_secs(10));
+    let during = refusing.elapsed();
+    assert_eq!(
+        seen,
+        total0,
+        "the changed source delivered {seen} of {total0} during the refusals:\n{}\n=====\n{}",
+        a.log(),
+        b.log()
+    );
+    // Still within the refusals, or the count above proves nothing about them.
+    for port in [pa, pb] {
+        let led = streaming_sources(port).await.unwrap_or_default();
+        assert!(
+            !led.contains(&pool.names[2]),
+            "the refusals ended before the changed source's count ({} ms): lengthen them",
+            during.as_millis()
+        );
+    }
+    println!(
+        "pool: resubscription refused; the changed source delivered all {total0} events {} ms into the refusals",
+        during.as_millis()
+    );
+
+    // The refusals run out: the added source joins at a later reload.
+    let (took, each) = wait_balanced(&[pa, pb], 3, Duration::from_secs(90), &[&a, &b]).await;
+    println!(
+        "pool: the added source led {} ms after the refusals were seen: {each:?}",
+        took.as_millis()
+    );
+    assert_eq!(check_stream(&pool.topics(0), total0), 0, "source 0");
+    finish_sources(&pool, writers, &mut [&mut a, &mut b]).await;
+}
+
 /// Waits until each of `names` streams on exactly one of the instances on `ports`.
 async fn wait_led(ports: &[u16], names: &[String], logs: &[&RouterProcess]) {
-    let deadline = Instant::now() + Duration::from_secs(90);
+    wait_led_within(ports, names, logs, Duration::from_secs(90)).await
+}
+
+/// `wait_led`, failing after `timeout`.
+async fn wait_led_within(
+    ports: &[u16],
+    names: &[String],
+    logs: &[&RouterProcess],
+    timeout: Duration,
+) {
+    let deadline = Instant::now() + timeout;
     loop {
         let mut led = Vec::new();
         for port in ports {
@@ -840,7 +973,7 @@ async fn sigterm_during_a_pool_s_init_is_honoured_within_the_shutdown_timeout() 
         .unwrap()
         .replace(&kafka_bootstrap(), "127.0.0.1:9");
     std::fs::write(&file, text).unwrap();
-    let mut router = pool.start_file("a", &file, &["--init"]);
+    let mut router = pool.start_file("a", &file, &["--init"], &[]);
     wait_http_ok(port, "/health", Duration::from_secs(30)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     router.expect_term_within(Duration::from_secs(3 + 3), "during a pool's run --init");
