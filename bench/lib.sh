@@ -2,7 +2,7 @@
 # harness runs them the same way. Expects ROOT, W (work dir), B (bootstrap), RUN, DB.
 
 SQL() { mariadb --defaults-file="$ROOT/.local/mariadb/my.cnf" -uroot "$@"; }
-log() { printf '[%s] %s\n' "$(basename "$0")" "$*" >&2; }
+log() { printf '[%s %s] %s\n' "$(basename "$0")" "$(date +%T)" "$*" >&2; }
 # A harness that fails half-way must not leave a contender (Connect, a router) running
 # into the next run: stop every background job on exit.
 trap 'pids=$(jobs -p); if [ -n "$pids" ]; then kill $pids 2>/dev/null || true; fi' EXIT
@@ -32,14 +32,15 @@ create_topics() {
   wait
 }
 
-# Creates a prefix's topics (100, or "$2") and writes 300,000 records of the benchmark's
-# shape into them: a partition's first megabytes go in markedly slower than later ones (a 1M backlog
-# took 8.4 s into partitions holding one record each, 6.2-6.4 s once they held a few
-# hundred kB), and every contender should meet the same broker state.
+# Creates a prefix's topics (100, or "$2") and writes $BENCH_WARM (300,000) records of the
+# benchmark's shape into them: a partition's first megabytes go in markedly slower than
+# later ones (a 1M backlog took 8.4 s into partitions holding one record each, 6.2-6.4 s
+# once they held a few hundred kB), and every contender should meet the same broker
+# state. The producer's first records create the topics, all at once (one kcat per topic
+# took 12 s for 100).
 warm_topics() {
   local types=${2:-100}
-  create_topics "$1" "$types"
-  "$ROOT/target/release/examples/produce" --prefix "$1" --count 300000 --topics "$types" >/dev/null
+  "$ROOT/target/release/examples/produce" --prefix "$1" --count "${BENCH_WARM:-300000}" --topics "$types" >/dev/null
 }
 
 # Prints the SQL that writes the benchmarks' backlog: "$1" outbox events of ≈200 bytes,
