@@ -16,7 +16,7 @@ use tracing::{info, warn};
 use super::PipelineError;
 use crate::checkpoint::Checkpoint;
 use crate::config::Config;
-use crate::sink::{self, FencingWriter, FleetRecord, MarkerHistory};
+use crate::sink::{self, FleetRecord, MarkerHistory};
 
 /// Where an exactly-once run begins.
 #[derive(Debug, PartialEq, Eq)]
@@ -237,10 +237,6 @@ fn note_fleet_topic_aside(config: &Config) {
     });
 }
 
-/// How often a first start's record is tried when other writers of the fleet's id fence
-/// it (instances of a fleet started together).
-const FIRST_START_ATTEMPTS: u64 = 5;
-
 /// Whether `run --init` / `checkpoint init` recorded a first start.
 #[derive(Debug, PartialEq, Eq)]
 pub enum FirstStart {
@@ -256,7 +252,7 @@ pub enum FirstStart {
 
 /// What the checkpoint topic and the fleet say of a first start now: decided, to be
 /// recorded (`None`), or refused.
-fn first_start_state(
+pub(super) fn first_start_state(
     config: &Config,
     store: Option<&Checkpoint>,
 ) -> Result<Option<FirstStart>, PipelineError> {
@@ -272,73 +268,6 @@ fn first_start_state(
         Err(Refusal::NoFirstStart) => Ok(None),
         Err(refusal) => Err(refused(config, refusal)),
     }
-}
-
-/// Records exactly-once mode's first start on the checkpoint topic where no position
-/// exists anywhere: no marker, no stored position, no trace of a deleted marker, no note
-/// of the fleet's. The position is fixed now (`latest`: the binlog's end at this
-/// moment) and travels in the record, so whichever instance leads first starts there.
-/// Written as the fleet's transactional producer, with the lock topic's note in the same
-/// transaction: of two instances recording at once, one commits and the other finds its
-/// record. Where a position may have existed it refuses, as the start would.
-pub async fn record_first_start(
-    config: &Config,
-    store: Option<&Checkpoint>,
-) -> Result<FirstStart, PipelineError> {
-    let (kafka, delivery) = (&config.kafka, &config.delivery);
-    sink::ensure_checkpoint_topic(kafka, delivery)?;
-    if let Some(decided) = first_start_state(config, store)? {
-        return Ok(decided);
-    }
-    let fixed = {
-        let mut conn = crate::source::connect(&config.source).await?;
-        let flavor = crate::source::server::flavor(&mut conn).await?;
-        super::first_position::first_start_here(config, &mut conn, flavor)
-            .await?
-            .map(Checkpoint::new_lineage)
-    };
-    let mut records = vec![FleetRecord {
-        topic: delivery.checkpoint_topic.clone(),
-        key: sink::first_start_key(&delivery.transactional_id),
-        value: match &fixed {
-            Some(at) => at.encode(),
-            None => format!(
-                "first start recorded at unix ms {}; the initial snapshot fixes the position",
-                crate::checkpoint::now_ms()
-            )
-            .into_bytes(),
-        },
-    }];
-    records.extend(fleet_note_record(config)?);
-    // Of instances recording at once, each fences the one before: a writer fenced (or
-    // failed) looks again with a new one, and finds the other's record or writes its own.
-    let mut attempt = 1;
-    loop {
-        let written = async {
-            let writer = FencingWriter::fence(kafka, &delivery.transactional_id)?;
-            // Every transaction of the id is decided now: another instance may have
-            // recorded since the first look.
-            if let Some(decided) = first_start_state(config, store)? {
-                return Ok(Some(decided));
-            }
-            writer.commit(&records).await?;
-            Ok::<_, PipelineError>(None)
-        };
-        match written.await {
-            Ok(Some(decided)) => return Ok(decided),
-            Ok(None) => break,
-            Err(e @ PipelineError::Sink(_)) if attempt < FIRST_START_ATTEMPTS => {
-                warn!(attempt, error = %e, "recording the first start: another writer of the fleet's id came between; looking again");
-                tokio::time::sleep(std::time::Duration::from_millis(100 * attempt)).await;
-                attempt += 1;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    if let Some(at) = &fixed {
-        info!(position = %at.position, "the first start's position, fixed as it was recorded");
-    }
-    Ok(FirstStart::Recorded)
 }
 
 /// The lock topic's note that the fleet's markers live on `delivery.checkpoint_topic`

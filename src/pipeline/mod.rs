@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 pub use error::PipelineError;
-pub use exactly_once_start::{fleet_marker, record_first_start, FirstStart};
+pub use exactly_once_start::{fleet_marker, FirstStart};
 pub use first_start::init;
 pub use operator::{record_operator_position, OperatorMove};
 pub(crate) use read::InvalidPolicy;
@@ -117,6 +117,7 @@ async fn run_as(
         shutdown: &shutdown,
         metrics: &metrics,
         lock: None,
+        streaming: None,
     };
     let supervised = async {
         if let Some(Pooled {

@@ -106,14 +106,16 @@ pub(super) async fn alternate(
                 }
             })
         };
+        let (streaming_tx, mut streaming_rx) = tokio::sync::watch::channel(false);
         let streaming = {
             let (metrics, term) = (ctx.metrics.clone(), term.clone());
             let instance = instance.to_string();
             tokio::spawn(async move {
-                while !metrics.is_connected() && !term.is_cancelled() {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                if metrics.is_connected() {
+                let opened = tokio::select! {
+                    opened = streaming_rx.wait_for(|open| *open) => opened.is_ok(),
+                    _ = term.cancelled() => false,
+                };
+                if opened {
                     metrics.set_role(Role::Leader, Some(&instance));
                     let after = assigned.elapsed();
                     metrics.took_over(after);
@@ -127,6 +129,7 @@ pub(super) async fn alternate(
         let term_ctx = Ctx {
             shutdown: &term,
             lock: Some(lock),
+            streaming: Some(&streaming_tx),
             ..*ctx
         };
         let result = supervise(&term_ctx).await;

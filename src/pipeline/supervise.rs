@@ -42,6 +42,10 @@ pub(super) struct Ctx<'a> {
     pub(super) metrics: &'a Metrics,
     /// `[ha]`: the lock this instance must hold to stream.
     pub(super) lock: Option<&'a crate::ha::Lease>,
+    /// Told `true` once a run's start position is fixed and its stream open, `false`
+    /// when the run ends: what a standby's takeover waits for before it calls itself
+    /// leader (metrics are written for the operator, never read for a decision).
+    pub(super) streaming: Option<&'a tokio::sync::watch::Sender<bool>>,
 }
 
 /// Restarts `run_once` after transient errors, with backoff.
@@ -62,6 +66,9 @@ pub(super) async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         let started = Instant::now();
         let result = run_once(ctx).await;
         metrics.set_connected(false);
+        if let Some(streaming) = ctx.streaming {
+            streaming.send_replace(false);
+        }
         metrics.progress().restarted();
         let snapshot = metrics.snapshot();
         match result {
@@ -207,6 +214,9 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let checkpoint = checkpoint.on_server(server_id);
     let start = &checkpoint.position;
     metrics.set_connected(true);
+    if let Some(streaming) = ctx.streaming {
+        streaming.send_replace(true);
+    }
     tracing::debug!(
         connect_ms = connected.as_millis() as u64,
         server_checks_ms = checked.as_millis() as u64,

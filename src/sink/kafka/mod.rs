@@ -11,7 +11,7 @@ mod transactions;
 
 pub use checkpoint_topic::{
     ensure_checkpoint_topic, first_start_key, first_start_of, fleet_checkpoint_topic, fleet_key,
-    marker_history, note_fleet_checkpoint_topic, record_first_start, MarkerHistory,
+    marker_history, note_fleet_checkpoint_topic, send_first_start_record, MarkerHistory,
 };
 pub use fleet_records::{FencingWriter, FleetRecord};
 pub use producer::KafkaSink;
