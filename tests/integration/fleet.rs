@@ -224,6 +224,42 @@ async fn a_first_start_begins_where_it_was_recorded_whoever_leads() {
     assert_eq!(check_stream(&p.topics, 200), 0);
 }
 
+/// After an operator's command on the stopped standby `b` (`said`: its output): it
+/// says it fenced the leader `a`, which stops at its next commit (batch `next`); both
+/// restarted as the chart would, 1,000 rows, the leader killed -9, the other takes
+/// over, 90 rows more. Returns the new leader and its setup.
+async fn fenced_then_taken_over<'p>(
+    p: &'p Pair,
+    mut a: RouterProcess,
+    said: &str,
+    next: usize,
+) -> (RouterProcess, &'p RouterSetup) {
+    assert!(
+        said.contains("instance a") && said.contains("fenced"),
+        "{said}"
+    );
+    write_stream(p.a.db.clone(), next, 1, 10, 7).await;
+    let status = a.wait(Duration::from_secs(60));
+    assert!(status.is_some(), "the fenced leader runs on:\n{}", a.log());
+
+    let [(mut leader, _), (standby, standby_setup)] = start_both(p).await;
+    write_stream(p.a.db.clone(), next + 1, 100, 10, 7).await;
+    let written = (next + 101) * 10;
+    assert_eq!(
+        wait_for_ids(&p.topics, written, Duration::from_secs(60)),
+        written
+    );
+    leader.kill9();
+    wait_streaming(
+        standby_setup.monitor_port,
+        Duration::from_secs(90),
+        &standby,
+    )
+    .await;
+    write_stream(p.a.db.clone(), next + 101, 9, 10, 7).await;
+    (standby, standby_setup)
+}
+
 /// `checkpoint set` run on a stopped standby. Before, it waited in that instance's
 /// store and was applied when it next led, over a marker that had moved on: every event
 /// the leader delivered since went out again (1,000 duplicates measured). Now it is
@@ -235,7 +271,7 @@ async fn checkpoint_set_on_a_standby_takes_effect_for_the_fleet_at_once() {
     let _settings = SERVER_SETTINGS.read().await;
     let p = pair("fleet_set").await;
     let mut conn = app_conn().await;
-    let mut a = p.a.start_router_with(&[], INIT);
+    let a = p.a.start_router_with(&[], INIT);
     wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
     let mut b = p.b.start_router_with(&[], INIT);
     wait_standby_ready(p.b.monitor_port, &b).await;
@@ -246,30 +282,7 @@ async fn checkpoint_set_on_a_standby_takes_effect_for_the_fleet_at_once() {
     b.stop(Duration::from_secs(30));
     let (file, offset) = binlog_position(&mut conn).await;
     let said = operator(&p.b, &["checkpoint", "set", &format!("{file}:{offset}")]);
-    assert!(
-        said.contains("instance a") && said.contains("fenced"),
-        "{said}"
-    );
-    // The leader learns it at its next commit, and stops.
-    write_stream(p.a.db.clone(), 30, 1, 10, 7).await;
-    let status = a.wait(Duration::from_secs(60));
-    assert!(status.is_some(), "the fenced leader runs on:\n{}", a.log());
-
-    // Restarted as the chart would; 1,000 rows; the leader killed; the other takes over.
-    let [(mut leader, _), (standby, standby_setup)] = start_both(&p).await;
-    write_stream(p.a.db.clone(), 31, 100, 10, 7).await;
-    assert_eq!(wait_for_ids(&p.topics, 1310, Duration::from_secs(60)), 1310);
-    leader.kill9();
-    wait_streaming(
-        standby_setup.monitor_port,
-        Duration::from_secs(90),
-        &standby,
-    )
-    .await;
-    write_stream(p.a.db.clone(), 131, 9, 10, 7).await;
-    let killed = leader;
-    drop(killed);
-    let mut leader = standby;
+    let (mut leader, standby_setup) = fenced_then_taken_over(&p, a, &said, 30).await;
     let total = 1400;
     let seen = wait_for_ids(&p.topics, total, Duration::from_secs(60));
     let duplicates = check_stream(&p.topics, total);
@@ -341,7 +354,7 @@ fn assert_redelivered(topics: &[String], total: usize, again: std::ops::Range<u6
 async fn recover_on_a_standby_takes_effect_for_the_fleet_at_once() {
     let _settings = SERVER_SETTINGS.read().await;
     let p = pair("fleet_recover").await;
-    let mut a = p.a.start_router_with(&[], INIT);
+    let a = p.a.start_router_with(&[], INIT);
     wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
     let mut b = p.b.start_router_with(&[], INIT);
     wait_standby_ready(p.b.monitor_port, &b).await;
@@ -358,26 +371,7 @@ async fn recover_on_a_standby_takes_effect_for_the_fleet_at_once() {
 
     b.stop(Duration::from_secs(30));
     let said = operator(&p.b, &["recover", "--since", &since.to_string()]);
-    assert!(
-        said.contains("instance a") && said.contains("fenced"),
-        "{said}"
-    );
-    write_stream(p.a.db.clone(), 40, 1, 10, 7).await;
-    let status = a.wait(Duration::from_secs(60));
-    assert!(status.is_some(), "the fenced leader runs on:\n{}", a.log());
-
-    let [(mut leader, _), (standby, standby_setup)] = start_both(&p).await;
-    write_stream(p.a.db.clone(), 41, 100, 10, 7).await;
-    assert_eq!(wait_for_ids(&p.topics, 1410, Duration::from_secs(60)), 1410);
-    leader.kill9();
-    wait_streaming(
-        standby_setup.monitor_port,
-        Duration::from_secs(90),
-        &standby,
-    )
-    .await;
-    write_stream(p.a.db.clone(), 141, 9, 10, 7).await;
-    let mut leader = standby;
+    let (mut leader, _) = fenced_then_taken_over(&p, a, &said, 40).await;
     drain_and_stop(&mut leader, &p.topics, 1500);
     assert_redelivered(&p.topics, 1500, 300..400, "recover on a standby");
 }

@@ -117,6 +117,18 @@ impl Pool {
         RouterProcess::adopt(child, log)
     }
 
+    /// Source `i`'s file in the sources directory.
+    fn source_file(&self, i: usize) -> PathBuf {
+        self.dir
+            .path()
+            .join(format!("sources.d/{}.toml", self.names[i]))
+    }
+
+    /// Where source `i`'s file is put aside, out of the sources directory.
+    fn aside(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("{}.toml", self.names[i]))
+    }
+
     fn writer(&self, i: usize) -> Writer {
         Writer::start_at(self.sources[i].source_port, &self.sources[i].db)
     }
@@ -479,12 +491,7 @@ async fn a_failing_source_stops_only_itself() {
 async fn sources_are_added_and_removed_without_a_restart() {
     let _settings = SERVER_SETTINGS.read().await;
     let pool = Pool::new("poolhup", 3).await;
-    let file = |i: usize| {
-        pool.dir
-            .path()
-            .join(format!("sources.d/{}.toml", pool.names[i]))
-    };
-    let aside = |i: usize| pool.dir.path().join(format!("{}.toml", pool.names[i]));
+    let (file, aside) = (|i| pool.source_file(i), |i| pool.aside(i));
     std::fs::rename(file(2), aside(2)).unwrap();
     let (pa, pb) = (monitor_port(), monitor_port());
     let mut a = pool.start("a", pa, &["--init"]);
@@ -559,12 +566,7 @@ async fn sources_are_added_and_removed_without_a_restart() {
 async fn a_refused_resubscription_leaves_no_source_unled() {
     let _settings = SERVER_SETTINGS.read().await;
     let pool = Pool::new("poolsub", 3).await;
-    let file = |i: usize| {
-        pool.dir
-            .path()
-            .join(format!("sources.d/{}.toml", pool.names[i]))
-    };
-    let aside = pool.dir.path().join(format!("{}.toml", pool.names[2]));
+    let (file, aside) = (|i| pool.source_file(i), pool.aside(2));
     std::fs::rename(file(2), &aside).unwrap();
     let (pa, pb) = (monitor_port(), monitor_port());
     let refused = [("FAILPOINTS", "lock.resubscribe_refused=30*return")];
