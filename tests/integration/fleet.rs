@@ -128,12 +128,19 @@ async fn start_both(p: &Pair) -> [(RouterProcess, &RouterSetup); 2] {
     }
 }
 
+/// `a` started with `run --init` until it streams, then `b` until it is a ready
+/// standby: the pair as the chart starts it, `a` leading.
+async fn a_leads_b_stands_by(p: &Pair) -> (RouterProcess, RouterProcess) {
+    let a = p.a.start_router_with(&[], INIT);
+    wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
+    let b = p.b.start_router_with(&[], INIT);
+    wait_standby_ready(p.b.monitor_port, &b).await;
+    (a, b)
+}
+
 /// A pair that delivered 200 events and stopped (`a` led, `b` never did).
 async fn delivered_and_stopped(p: &Pair) {
-    let mut a = p.a.start_router_with(&[], INIT);
-    wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
-    let mut b = p.b.start_router_with(&[], INIT);
-    wait_standby_ready(p.b.monitor_port, &b).await;
+    let (mut a, mut b) = a_leads_b_stands_by(p).await;
     write_stream(p.a.db.clone(), 0, 20, 10, 7).await;
     assert_eq!(wait_for_ids(&p.topics, 200, Duration::from_secs(60)), 200);
     b.stop(Duration::from_secs(30));
@@ -271,10 +278,7 @@ async fn checkpoint_set_on_a_standby_takes_effect_for_the_fleet_at_once() {
     let _settings = SERVER_SETTINGS.read().await;
     let p = pair("fleet_set").await;
     let mut conn = app_conn().await;
-    let a = p.a.start_router_with(&[], INIT);
-    wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
-    let mut b = p.b.start_router_with(&[], INIT);
-    wait_standby_ready(p.b.monitor_port, &b).await;
+    let (a, mut b) = a_leads_b_stands_by(&p).await;
     write_stream(p.a.db.clone(), 0, 30, 10, 7).await;
     assert_eq!(wait_for_ids(&p.topics, 300, Duration::from_secs(60)), 300);
 
@@ -354,10 +358,7 @@ fn assert_redelivered(topics: &[String], total: usize, again: std::ops::Range<u6
 async fn recover_on_a_standby_takes_effect_for_the_fleet_at_once() {
     let _settings = SERVER_SETTINGS.read().await;
     let p = pair("fleet_recover").await;
-    let a = p.a.start_router_with(&[], INIT);
-    wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
-    let mut b = p.b.start_router_with(&[], INIT);
-    wait_standby_ready(p.b.monitor_port, &b).await;
+    let (a, mut b) = a_leads_b_stands_by(&p).await;
     write_stream(p.a.db.clone(), 0, 30, 10, 7).await;
     assert_eq!(wait_for_ids(&p.topics, 300, Duration::from_secs(60)), 300);
     // The recover window starts at the next whole second: rows before it are outside.

@@ -117,6 +117,19 @@ impl Pool {
         RouterProcess::adopt(child, log)
     }
 
+    /// An operator's command for source `name`, with instance `instance`'s pool file
+    /// (its endpoint on `port`).
+    fn cli(&self, instance: &str, port: u16, name: &str, args: &[&str]) -> std::process::Output {
+        std::process::Command::new(router_bin())
+            .arg("--config")
+            .arg(self.file(instance, port))
+            .args(["--source", name])
+            .args(args)
+            .env("IT_CDC_PASSWORD", "cdc-secret")
+            .output()
+            .unwrap()
+    }
+
     /// Source `i`'s file in the sources directory.
     fn source_file(&self, i: usize) -> PathBuf {
         self.dir
@@ -330,13 +343,7 @@ async fn sources_are_balanced_and_moved_without_loss_or_duplicates() {
     let (mut a, mut b, writers) = two_balanced(&pool, pa, pb).await;
 
     // `status --source` with the pool file: the source's own status.
-    let out = std::process::Command::new(router_bin())
-        .args(["--config"])
-        .arg(pool.file("a", pa))
-        .args(["--source", &pool.names[0], "status", "--json"])
-        .env("IT_CDC_PASSWORD", "cdc-secret")
-        .output()
-        .unwrap();
+    let out = pool.cli("a", pa, &pool.names[0], &["status", "--json"]);
     let st: serde_json::Value =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
     assert!(st["checkpoint"].is_string(), "{st}");
@@ -501,13 +508,7 @@ async fn sources_are_added_and_removed_without_a_restart() {
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     std::fs::rename(aside(2), file(2)).unwrap();
-    let init = std::process::Command::new(router_bin())
-        .arg("--config")
-        .arg(pool.file("a", pa))
-        .args(["--source", &pool.names[2], "checkpoint", "init"])
-        .env("IT_CDC_PASSWORD", "cdc-secret")
-        .output()
-        .unwrap();
+    let init = pool.cli("a", pa, &pool.names[2], &["checkpoint", "init"]);
     assert!(init.status.success(), "{init:?}");
     let added = Instant::now();
     a.signal_hup();
@@ -585,13 +586,7 @@ async fn a_refused_resubscription_leaves_no_source_unled() {
         .insert("shutdown_timeout_secs".into(), 21.into());
     std::fs::write(file(0), toml::to_string(&changed).unwrap()).unwrap();
     std::fs::rename(&aside, file(2)).unwrap();
-    let init = std::process::Command::new(router_bin())
-        .arg("--config")
-        .arg(pool.file("a", pa))
-        .args(["--source", &pool.names[2], "checkpoint", "init"])
-        .env("IT_CDC_PASSWORD", "cdc-secret")
-        .output()
-        .unwrap();
+    let init = pool.cli("a", pa, &pool.names[2], &["checkpoint", "init"]);
     assert!(init.status.success(), "{init:?}");
     a.signal_hup();
     b.signal_hup();
@@ -909,16 +904,7 @@ async fn a_source_never_led_here_refuses_a_lost_checkpoint_topic() {
     assert!(status.contains("lock topic"), "{status}");
 
     // The old leader's position, carried over by the operator for the fleet.
-    let cli = |args: &[&str]| {
-        std::process::Command::new(router_bin())
-            .arg("--config")
-            .arg(pool.file("a", pa))
-            .args(["--source", &name])
-            .args(args)
-            .env("IT_CDC_PASSWORD", "cdc-secret")
-            .output()
-            .unwrap()
-    };
+    let cli = |args: &[&str]| pool.cli("a", pa, &name, args);
     let shown: serde_json::Value =
         serde_json::from_slice(&cli(&["checkpoint", "show", "--json"]).stdout).unwrap();
     let position = format!(
