@@ -301,14 +301,9 @@ impl Config {
             return Err("checkpoint.name is empty: name this router (e.g. \"orders-router\"), or remove the key".into());
         }
         self.monitor.check()?;
-        if let Some(registry) = &self.value.registry {
-            registry.check()?;
-        }
+        crate::route::check_value(&self.value)?;
         if let Some(claim_check) = &self.claim_check {
             claim_check.check(self.kafka.max_message_bytes())?;
-        }
-        if self.value.format == crate::route::ValueFormat::CloudEvents {
-            crate::route::CloudEvents::new(&self.value.cloudevents)?;
         }
         // The dead-letter topic is the outbox's setting, checked by the route's rules.
         crate::kafka::check_topic(&self.outbox.dead_letter_topic)

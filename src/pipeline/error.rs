@@ -4,7 +4,7 @@ use crate::checkpoint::CheckpointError;
 use crate::kafka::KafkaClientError;
 use crate::monitor::RestartReason;
 use crate::outbox::InvalidEvent;
-use crate::route::{AvroError, RegistryError};
+use crate::route::{AvroError, FormatError, RegistryError};
 use crate::sink::SinkError;
 use crate::source::SourceError;
 
@@ -70,8 +70,6 @@ pub enum PipelineError {
     },
     #[error("{0}")]
     Rules(String),
-    #[error("Avro values (value.format = \"avro\", or CloudEvents with data_format = \"avro\") encode the payload alone; they cannot be combined with envelope placements (table.fields.additional.placement …:envelope)")]
-    AvroWithEnvelope,
     #[error("cannot listen on monitor.listen {addr}: {source}")]
     MonitorListen {
         addr: String,
@@ -105,6 +103,17 @@ pub enum PipelineError {
     StopTimedOut { secs: u64 },
     #[error("the router's {task} task ended unexpectedly: {reason} (a bug: please report it with the log)")]
     TaskFailed { task: &'static str, reason: String },
+}
+
+/// A format that cannot start is a setting to fix, unless its schemas could not be
+/// registered: that is the registry's failure, retried like one.
+impl From<FormatError> for PipelineError {
+    fn from(e: FormatError) -> Self {
+        match e {
+            FormatError::Avro(e) => PipelineError::Avro(e),
+            other => PipelineError::Rules(other.to_string()),
+        }
+    }
 }
 
 impl From<RegistryError> for PipelineError {

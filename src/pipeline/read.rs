@@ -11,8 +11,7 @@ use super::PipelineError;
 use crate::config::Config;
 use crate::monitor::Metrics;
 use crate::outbox::{Mapper, OnInvalid, RowCopy};
-use crate::route::{AvroValues, Batch, CloudEvents, Router};
-use crate::route::{CloudEventsData, ValueFormat};
+use crate::route::{Batch, Router};
 use crate::sink::ValueBudget;
 use crate::source::{BinlogReader, Transaction};
 
@@ -20,25 +19,11 @@ use crate::source::{BinlogReader, Transaction};
 /// registered).
 pub(crate) async fn stages(config: &Config) -> Result<(Mapper, Router), PipelineError> {
     let rules = std::sync::Arc::new(config.rules().map_err(PipelineError::Rules)?);
-    let format = config.value.format;
-    let cloudevents = match format {
-        ValueFormat::CloudEvents => {
-            Some(CloudEvents::new(&config.value.cloudevents).map_err(PipelineError::Rules)?)
-        }
-        _ => None,
-    };
-    let avro_data = format == ValueFormat::Avro
-        || (cloudevents.is_some() && config.value.cloudevents.data_format == CloudEventsData::Avro);
-    let avro = match avro_data {
-        true if rules.has_envelope() => return Err(PipelineError::AvroWithEnvelope),
-        true => Some(std::sync::Arc::new(AvroValues::load(&config.value).await?)),
-        false => None,
-    };
+    let encoder = crate::route::encoder(&config.value, &rules).await?;
     let offload = config.offload();
     let mapper = Mapper::new(rules.clone(), RowCopy::with_claim_check(offload.is_some()));
     let router = Router::new(rules, &config.route, config.kafka.max_message_bytes())
-        .with_avro(avro)
-        .with_cloudevents(cloudevents)
+        .with_encoder(encoder)
         .with_offload(offload);
     Ok((mapper, router))
 }

@@ -1,22 +1,18 @@
 //! Route stage: an `OutboxEvent` becomes a Kafka record — topic from the route value
 //! (regex + replacement, `outbox.event.${routedByValue}` by default), key = aggregate
-//! id, event id and additional columns as headers, value = the payload bytes unchanged,
-//! or a JSON envelope when columns are placed in one, or a tombstone; with
-//! `value.format = "avro"` the payload encoded against its schema; with
-//! `value.format = "cloudevents"` a CloudEvent around it.
+//! id, event id and additional columns as headers, a tombstone for an empty payload when
+//! asked, and the value in the configured format (`encode/`: the payload as stored, a
+//! JSON envelope, Avro, a CloudEvent).
 
-mod avro;
-mod cloudevents;
 mod config;
-mod registry;
+mod encode;
 
-pub use avro::{AvroError, AvroValues, SharedAvro};
-pub use cloudevents::CloudEvents;
-pub use config::{
-    CloudEventsConfig, CloudEventsData, CloudEventsMode, RegistryConfig, RouteConfig,
-    SubjectStrategy, ValueConfig, ValueFormat,
+pub use config::RouteConfig;
+pub use encode::{
+    check as check_value, encoder, AvroError, Encoder, FormatError, RegistryError, ValueConfig,
 };
-pub use registry::{Registry, RegistryError};
+
+use encode::JsonValues;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -96,10 +92,8 @@ pub struct Router {
     event_id_header: String,
     /// Records above this are invalid rows (librdkafka's `message.max.bytes`).
     max_record_bytes: usize,
-    /// Avro encoding of values, when configured.
-    avro: Option<SharedAvro>,
-    /// CloudEvents around values, when configured.
-    cloudevents: Option<CloudEvents>,
+    /// The value format.
+    encoder: Arc<dyn Encoder>,
     /// Which values go to the claim check's bucket, when it is configured.
     offload: Option<Arc<Offload>>,
     /// Topic per route value, so the regex runs once per aggregate type, not per event.
@@ -128,11 +122,10 @@ impl Router {
     /// `max_record_bytes` are invalid.
     pub fn new(rules: Arc<Rules>, cfg: &RouteConfig, max_record_bytes: usize) -> Self {
         Self {
+            encoder: Arc::new(JsonValues::outermost(rules.clone())),
             rules,
             event_id_header: cfg.event_id_header.clone(),
             max_record_bytes,
-            avro: None,
-            cloudevents: None,
             offload: None,
             topics: Arc::default(),
             topic_prefix: match cfg.shadow {
@@ -149,15 +142,10 @@ impl Router {
         self
     }
 
-    /// Encodes values as Avro with these schemas.
-    pub fn with_avro(mut self, avro: Option<SharedAvro>) -> Self {
-        self.avro = avro;
-        self
-    }
-
-    /// Wraps values as CloudEvents with these settings.
-    pub fn with_cloudevents(mut self, cloudevents: Option<CloudEvents>) -> Self {
-        self.cloudevents = cloudevents;
+    /// Encodes values with `encoder` (`encode::encoder` builds the configured one);
+    /// the payload as stored, or its envelope, otherwise.
+    pub fn with_encoder(mut self, encoder: Arc<dyn Encoder>) -> Self {
+        self.encoder = encoder;
         self
     }
 
@@ -266,41 +254,24 @@ impl Router {
             Err(reason) => return Ok(Err(self.invalid(&e, reason))),
         };
         let mut e = e;
+        let timestamp_ms = e.timestamp_ms.unwrap_or(commit_time_ms);
         // A payload that moves into the value is checked before, so an invalid event still
-        // carries it; Avro and envelopes are checked once encoded.
-        let moved = self.moves_payload();
+        // carries it; other values are checked once encoded.
+        let moved = self.encoder.moves_payload();
         if moved {
             let len = e.payload.as_ref().map_or(0, Vec::len);
             if let Err(reason) = self.fits(&e, len) {
                 return Ok(Err(self.invalid(&e, reason)));
             }
         }
-        let mut value = self.value(&mut e);
-        let mut dataschema = None;
-        if let (Some(avro), Some(payload)) = (&self.avro, &value) {
-            match avro.encode(&e, &topic, payload)? {
-                Ok(v) => {
-                    // Only a CloudEvent carries the schema's URL: no string per record
-                    // for plain Avro values.
-                    if self.cloudevents.is_some() {
-                        dataschema = avro.schema_uri(&v);
-                    }
-                    value = Some(v);
-                }
+        // Debezium's tombstone is a null value in every format: nothing to encode or wrap.
+        let value = match self.is_tombstone(&e) {
+            true => None,
+            false => match self.encoder.encode(&mut e, &topic, timestamp_ms)? {
+                Ok(value) => value,
                 Err(reason) => return Ok(Err(self.invalid(&e, reason))),
-            }
-        }
-        let tombstone = value.is_none() && self.rules.tombstone_on_empty;
-        if let (Some(ce), false) = (&self.cloudevents, tombstone) {
-            let time_ms = e.timestamp_ms.unwrap_or(commit_time_ms);
-            match ce.wrap(&e, value.take(), time_ms, dataschema) {
-                Ok(wrapped) => {
-                    value = wrapped.value;
-                    e.headers.extend(wrapped.headers);
-                }
-                Err(reason) => return Ok(Err(self.invalid(&e, reason))),
-            }
-        }
+            },
+        };
         if !moved {
             if let Err(reason) = self.fits(&e, value.as_ref().map_or(0, Vec::len)) {
                 return Ok(Err(self.invalid(&e, reason)));
@@ -313,7 +284,7 @@ impl Router {
             key: e.key,
             value,
             headers,
-            timestamp_ms: e.timestamp_ms.unwrap_or(commit_time_ms),
+            timestamp_ms,
             partition: e.partition,
             event: EventRef {
                 table: e.table,
@@ -347,10 +318,13 @@ impl Router {
             .is_some_and(|o| len > o.threshold_bytes || o.aggregate_types.contains(&e.route_value))
     }
 
-    /// The value is the payload as stored (no Avro, no envelope, no CloudEvent): it
-    /// moves, not copies.
-    fn moves_payload(&self) -> bool {
-        self.avro.is_none() && self.cloudevents.is_none() && !self.rules.has_envelope()
+    /// An empty payload (NULL or blank) becomes a tombstone when
+    /// `route.tombstone.on.empty.payload` asks for it.
+    fn is_tombstone(&self, e: &OutboxEvent) -> bool {
+        self.rules.tombstone_on_empty
+            && e.payload
+                .as_ref()
+                .is_none_or(|p| p.iter().all(u8::is_ascii_whitespace))
     }
 
     /// An event that cannot be a record: with a claim check its dead letter may carry
@@ -374,61 +348,11 @@ impl Router {
         }
         Ok(())
     }
-
-    /// The record value: a tombstone for an empty payload when asked; the payload bytes
-    /// as stored (moved out of the event unless Avro still needs the event whole); or,
-    /// with envelope placements, `{"payload": …, alias: …}` where a JSON text payload is
-    /// expanded when `expand_json` is on.
-    fn value(&self, e: &mut OutboxEvent) -> Option<Vec<u8>> {
-        let blank = e
-            .payload
-            .as_ref()
-            .is_none_or(|p| p.iter().all(u8::is_ascii_whitespace));
-        if blank && self.rules.tombstone_on_empty {
-            return None;
-        }
-        if self.moves_payload() {
-            return e.payload.take();
-        }
-        if !self.rules.has_envelope() {
-            // Avro or the CloudEvent still reads the event whole, and an invalid row's
-            // report shows its payload.
-            return e.payload.clone();
-        }
-        let payload = match &e.payload {
-            None => serde_json::Value::Null,
-            Some(p) => self
-                .expanded(e, p)
-                .unwrap_or_else(|| crate::bytes_json::bytes_json(p)),
-        };
-        let mut envelope = serde_json::Map::with_capacity(1 + e.envelope.len());
-        envelope.insert("payload".into(), payload);
-        envelope.extend(e.envelope.iter().cloned());
-        Some(serde_json::Value::Object(envelope).to_string().into_bytes())
-    }
-
-    /// The payload parsed as JSON, when expansion is on and it is a JSON object or array.
-    fn expanded(&self, e: &OutboxEvent, payload: &[u8]) -> Option<serde_json::Value> {
-        if !self.rules.expand_json {
-            return None;
-        }
-        let first = payload.iter().find(|b| !b.is_ascii_whitespace());
-        if !matches!(first, Some(b'{' | b'[')) {
-            tracing::warn!(event_id = %e.id, "payload is not a JSON object or array: sent as a string");
-            return None;
-        }
-        match serde_json::from_slice(payload) {
-            Ok(v) => Some(v),
-            Err(err) => {
-                tracing::warn!(event_id = %e.id, error = %err, "JSON expansion failed: payload sent as a string");
-                None
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::encode::{CloudEvents, CloudEventsConfig, CloudEventsMode, CloudEventsValues};
     use super::*;
 
     /// Every record's headers come from one place: the id first, then the event's,
@@ -475,8 +399,9 @@ mod tests {
             ..CloudEventsConfig::default()
         })
         .unwrap();
-        let router =
-            Router::new(rules, &RouteConfig::default(), 1 << 20).with_cloudevents(Some(ce));
+        let data = Box::new(JsonValues::inner(rules.clone()));
+        let router = Router::new(rules, &RouteConfig::default(), 1 << 20)
+            .with_encoder(Arc::new(CloudEventsValues::new(ce, data)));
         let event =
             |payload: &[u8]| OutboxEvent::sample("o-1", Some(payload), &[("type", "Created")]);
         let mut topics = HashMap::new();

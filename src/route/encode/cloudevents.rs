@@ -8,6 +8,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde_json::{Map, Value};
 
 use super::config::{CloudEventsConfig, CloudEventsData, CloudEventsMode, AVRO_CONTENT_TYPE};
+use super::encoder::{Encoded, Encoder};
+use super::registry::RegistryError;
 use crate::outbox::OutboxEvent;
 
 /// The content type of a structured-mode record.
@@ -172,6 +174,45 @@ impl CloudEvents {
         use base64::Engine as _;
         let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
         ("data_base64", Value::String(encoded))
+    }
+}
+
+/// `value.format = "cloudevents"`: the data format's value (the payload as stored, or
+/// its Avro encoding) wrapped as a CloudEvent, whose headers join the event's.
+#[derive(Debug)]
+pub struct CloudEventsValues {
+    cloudevents: CloudEvents,
+    data: Box<dyn Encoder>,
+}
+
+impl CloudEventsValues {
+    /// CloudEvents around the values `data` makes.
+    pub fn new(cloudevents: CloudEvents, data: Box<dyn Encoder>) -> Self {
+        Self { cloudevents, data }
+    }
+}
+
+impl Encoder for CloudEventsValues {
+    fn encode(
+        &self,
+        e: &mut OutboxEvent,
+        topic: &str,
+        time_ms: i64,
+    ) -> Result<Encoded, RegistryError> {
+        let data = match self.data.encode(e, topic, time_ms)? {
+            Ok(data) => data,
+            Err(reason) => return Ok(Err(reason)),
+        };
+        // Only a CloudEvent carries the schema's URL: the data format names it here,
+        // never a string per record for plain values.
+        let dataschema = data.as_deref().and_then(|d| self.data.schema_uri(d));
+        Ok(self
+            .cloudevents
+            .wrap(e, data, time_ms, dataschema)
+            .map(|wrapped| {
+                e.headers.extend(wrapped.headers);
+                wrapped.value
+            }))
     }
 }
 

@@ -9,7 +9,7 @@ use std::path::Path;
 use apache_avro::Schema;
 use reqwest::Url;
 
-use super::RegistryConfig;
+use super::config::RegistryConfig;
 use crate::secret::Secret;
 
 /// Registry failures; the URL is shown without credentials.

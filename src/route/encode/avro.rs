@@ -5,14 +5,15 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use apache_avro::schema::{RecordSchema, Schema};
 use apache_avro::types::Value;
 
+use super::config::{SubjectStrategy, ValueConfig};
+use super::encoder::{Encoded, Encoder};
 use super::registry::{Registry, RegistryError};
 use crate::outbox::OutboxEvent;
-use crate::route::{SubjectStrategy, ValueConfig};
 
 /// Problems loading schemas or talking to the registry at start.
 #[derive(Debug, thiserror::Error)]
@@ -268,5 +269,22 @@ fn unknown_fields(json: &serde_json::Value, schema: &Schema, path: &str) -> Resu
     }
 }
 
-/// Shared by every router clone.
-pub type SharedAvro = Arc<AvroValues>;
+/// `value.format = "avro"`, and a CloudEvent's Avro data: a NULL payload stays a null
+/// value; any other is encoded against its schema.
+impl Encoder for AvroValues {
+    fn encode(
+        &self,
+        e: &mut OutboxEvent,
+        topic: &str,
+        _time_ms: i64,
+    ) -> Result<Encoded, RegistryError> {
+        match &e.payload {
+            None => Ok(Ok(None)),
+            Some(payload) => Ok(AvroValues::encode(self, e, topic, payload)?.map(Some)),
+        }
+    }
+
+    fn schema_uri(&self, value: &[u8]) -> Option<String> {
+        AvroValues::schema_uri(self, value)
+    }
+}
