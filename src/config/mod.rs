@@ -314,14 +314,6 @@ impl Config {
 }
 
 impl Config {
-    /// Which values the route stage marks for the claim check, when there is one.
-    pub fn offload(&self) -> Option<crate::route::Offload> {
-        self.claim_check.as_ref().map(|c| crate::route::Offload {
-            threshold_bytes: c.threshold_bytes,
-            aggregate_types: c.aggregate_types.clone(),
-        })
-    }
-
     /// The outbox table names / patterns, compiled.
     pub fn table_patterns(&self) -> Vec<crate::pattern::Pattern> {
         self.outbox.table_patterns()

@@ -128,14 +128,6 @@ pub enum RowCopy {
 }
 
 impl RowCopy {
-    /// Whole rows where a claim check takes what the dead-letter topic cannot.
-    pub fn with_claim_check(claim_check: bool) -> Self {
-        match claim_check {
-            true => RowCopy::Whole,
-            false => RowCopy::Capped,
-        }
-    }
-
     /// A column value for a dead-letter record, as `bytes_json` within this copy's cap.
     pub fn json(self, b: &[u8]) -> serde_json::Value {
         if self == RowCopy::Capped && b.len() > DEAD_LETTER_VALUE_CAP {

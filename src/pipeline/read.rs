@@ -10,7 +10,7 @@ use tracing::warn;
 use super::PipelineError;
 use crate::config::Config;
 use crate::monitor::Metrics;
-use crate::outbox::{Mapper, OnInvalid, RowCopy};
+use crate::outbox::{Mapper, OnInvalid};
 use crate::route::{Batch, Router};
 use crate::sink::ValueBudget;
 use crate::source::{BinlogReader, Transaction};
@@ -20,11 +20,15 @@ use crate::source::{BinlogReader, Transaction};
 pub(crate) async fn stages(config: &Config) -> Result<(Mapper, Router), PipelineError> {
     let rules = std::sync::Arc::new(config.rules().map_err(PipelineError::Rules)?);
     let encoder = crate::route::encoder(&config.value, &rules).await?;
-    let offload = config.offload();
-    let mapper = Mapper::new(rules.clone(), RowCopy::with_claim_check(offload.is_some()));
-    let router = Router::new(rules, &config.route, config.kafka.max_message_bytes())
-        .with_encoder(encoder)
-        .with_offload(offload);
+    let offload = config.claim_check.as_ref().map(crate::sink::offload);
+    let router = Router::new(
+        rules.clone(),
+        &config.route,
+        config.kafka.max_message_bytes(),
+    )
+    .with_encoder(encoder)
+    .with_offload(offload);
+    let mapper = Mapper::new(rules, router.dead_letter_copy());
     Ok((mapper, router))
 }
 

@@ -95,7 +95,7 @@ pub struct Router {
     /// The value format.
     encoder: Arc<dyn Encoder>,
     /// Which values go to the claim check's bucket, when it is configured.
-    offload: Option<Arc<Offload>>,
+    offload: Option<Arc<dyn Offload>>,
     /// Topic per route value, so the regex runs once per aggregate type, not per event.
     topics: Arc<Mutex<HashMap<String, Arc<str>>>>,
     /// Put before every topic (`run --shadow`); empty otherwise.
@@ -104,14 +104,13 @@ pub struct Router {
     extra_header: Option<(String, Vec<u8>)>,
 }
 
-/// Which values the claim check takes (`[claim_check]`'s choice, applied where the
-/// aggregate type is still known).
-#[derive(Debug, Clone, Default)]
-pub struct Offload {
-    /// Values larger than this.
-    pub threshold_bytes: usize,
-    /// Every value of these aggregate types.
-    pub aggregate_types: std::collections::BTreeSet<String>,
+/// Which values leave their record for the claim check's bucket, as the claim check
+/// decides (`sink::claim_check`); the route asks where the aggregate type is still
+/// known, since such a value may exceed `message.max.bytes` and its reference does not.
+pub trait Offload: std::fmt::Debug + Send + Sync {
+    /// Whether a value of `len` bytes of an event routed by `aggregate_type` (none for a
+    /// dead letter) goes to the bucket.
+    fn takes(&self, aggregate_type: Option<&str>, len: usize) -> bool;
 }
 
 /// Route values remembered with their topic; past this the regex runs for new ones.
@@ -149,11 +148,19 @@ impl Router {
         self
     }
 
-    /// Marks the values `offload` picks for the claim check; they may exceed
-    /// `message.max.bytes`, the reference that replaces them does not.
-    pub fn with_offload(mut self, offload: Option<Offload>) -> Self {
-        self.offload = offload.map(Arc::new);
+    /// Marks the values `offload` takes for the claim check.
+    pub fn with_offload(mut self, offload: Option<Arc<dyn Offload>>) -> Self {
+        self.offload = offload;
         self
+    }
+
+    /// How much of an invalid row its dead letter copies: with a claim check every byte
+    /// (the bucket takes what the dead-letter topic cannot), else columns capped.
+    pub fn dead_letter_copy(&self) -> RowCopy {
+        match self.offload {
+            Some(_) => RowCopy::Whole,
+            None => RowCopy::Capped,
+        }
     }
 
     /// Routes every event of a transaction; events that cannot be routed join the
@@ -197,7 +204,7 @@ impl Router {
         let claim_check = self
             .offload
             .as_ref()
-            .is_some_and(|o| value.len() > o.threshold_bytes);
+            .is_some_and(|o| o.takes(None, value.len()));
         let headers = self.headers(
             bad.event_id.as_ref(),
             vec![
@@ -315,7 +322,7 @@ impl Router {
     fn offloads(&self, e: &OutboxEvent, len: usize) -> bool {
         self.offload
             .as_ref()
-            .is_some_and(|o| len > o.threshold_bytes || o.aggregate_types.contains(&e.route_value))
+            .is_some_and(|o| o.takes(Some(&e.route_value), len))
     }
 
     /// An empty payload (NULL or blank) becomes a tombstone when
@@ -327,10 +334,9 @@ impl Router {
                 .is_none_or(|p| p.iter().all(u8::is_ascii_whitespace))
     }
 
-    /// An event that cannot be a record: with a claim check its dead letter may carry
-    /// the whole row (the bucket takes what the topic cannot), else columns capped.
+    /// An event that cannot be a record, its row copied as `dead_letter_copy` says.
     fn invalid(&self, e: &OutboxEvent, reason: String) -> InvalidEvent {
-        InvalidEvent::of(e, reason, RowCopy::with_claim_check(self.offload.is_some()))
+        InvalidEvent::of(e, reason, self.dead_letter_copy())
     }
 
     /// Kafka would reject a record over the producer's `message.max.bytes`; a value the

@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-pub use claim_check::{CheckIn, ClaimCheckConfig, ValueBudget};
+pub use claim_check::{offload, CheckIn, ClaimCheckConfig, ValueBudget};
 pub use config::DeliveryConfig;
 pub use kafka::{
     ensure_checkpoint_topic, first_start_key, first_start_of, fleet_checkpoint_topic, fleet_key,

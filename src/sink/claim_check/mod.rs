@@ -9,14 +9,21 @@
 //! transaction holding it can commit. A crash between the two leaves an object without
 //! a record (the re-sent record writes the same bytes under the same key, the value's
 //! hash); never a record without its object, and never an object whose bytes change.
+//!
+//! Everything of the claim check is here: its settings (`config.rs`), which values it
+//! takes (`policy.rs`, asked by the route stage through `route::Offload`), the object
+//! keys and the reference a record carries (`reference.rs`), the bucket's client
+//! (`store.rs`), the bytes in flight (`budget.rs`), and its two places in the stream.
 
 mod budget;
 mod config;
+mod policy;
 mod reference;
 mod store;
 
 pub use budget::ValueBudget;
 pub use config::ClaimCheckConfig;
+pub use policy::offload;
 pub use reference::Reference;
 pub use store::Bucket;
 
