@@ -10,13 +10,10 @@
 
 mod ack;
 mod error;
-mod exactly_once_start;
-mod first_position;
-mod first_start;
-mod operator;
+mod preflight;
 mod read;
+mod resume;
 mod standby;
-mod start;
 mod supervise;
 pub(crate) mod table;
 
@@ -26,10 +23,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 pub use error::PipelineError;
-pub use exactly_once_start::{fleet_marker, FirstStart};
-pub use first_start::init;
-pub use operator::{record_operator_position, OperatorMove};
 pub(crate) use read::InvalidPolicy;
+pub use resume::{fleet_marker, init, record_operator_position, FirstStart, OperatorMove};
 pub use supervise::SinkKind;
 use supervise::{supervise, Ctx};
 
@@ -85,6 +80,8 @@ async fn run_as(
             (store, Some(dir))
         }
     };
+    // Shown on /status from the first moment; which position a run starts from is
+    // `resume::start_position`'s decision, read afresh at every (re)start.
     if let Some(cp) = store.load()? {
         metrics.set_checkpoint(&cp);
     }

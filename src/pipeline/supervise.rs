@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::read::{self, InvalidPolicy};
-use super::{ack, start, PipelineError};
+use super::{ack, preflight, resume, PipelineError};
 use crate::checkpoint::CheckpointStore;
 use crate::config::Config;
 use crate::monitor::{Metrics, RestartReason};
@@ -168,7 +168,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let mut conn = source::connect(&config.source).await?;
     let connected = phases.elapsed();
     let flavor = server::flavor(&mut conn).await?;
-    start::measure_server_clock(&mut conn, metrics).await?;
+    preflight::measure_server_clock(&mut conn, metrics).await?;
     let problems = server::settings_problems(&mut conn).await?;
     if !problems.is_empty() {
         return Err(PipelineError::ServerSettings {
@@ -176,7 +176,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         });
     }
     let tables = config.table_patterns();
-    start::check_outbox_tables(&mut conn, &tables, metrics).await?;
+    preflight::check_outbox_tables(&mut conn, &tables, metrics).await?;
     let checked = phases.elapsed();
     // One claim check (one S3 client) for the stage ahead of the sink and the sink.
     let check_in = match (&config.claim_check, sink_kind) {
@@ -192,7 +192,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     };
     let sink = sink.as_ref();
     let sink_ready = phases.elapsed();
-    let checkpoint = start::start_position(config, store, &mut conn, flavor, sink).await?;
+    let checkpoint = resume::start_position(config, store, &mut conn, flavor, sink).await?;
     let positioned = phases.elapsed();
     metrics.set_checkpoint(&checkpoint);
     let resume = source::ResumeAt {

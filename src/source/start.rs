@@ -1,7 +1,7 @@
-//! Where a binlog stream starts, decided here and nowhere else: on the server whose
-//! binlog the resume point is in, by GTID state or by file position, with archived files
-//! first when the server purged the resume point's file. One entry point: a resume
-//! point in, a reader out.
+//! How a binlog stream is opened at a resume point (which point is `pipeline::resume`'s
+//! decision): on the server whose binlog the point is in, by GTID state or by file
+//! position, with archived files first when the server purged the point's file. One
+//! entry point: a resume point in, a reader out.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -13,9 +13,9 @@
 
 use tracing::{info, warn};
 
-use super::PipelineError;
 use crate::checkpoint::Checkpoint;
 use crate::config::Config;
+use crate::pipeline::PipelineError;
 use crate::sink::{self, FleetRecord, MarkerHistory};
 
 /// Where an exactly-once run begins.

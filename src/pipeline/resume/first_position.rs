@@ -2,9 +2,9 @@
 //! `run --init` / `checkpoint init`, which record it with the first start, and by a first
 //! run that finds no recorded position (at-least-once, an older build's record).
 
-use super::PipelineError;
 use crate::checkpoint::Checkpoint;
 use crate::config::Config;
+use crate::pipeline::PipelineError;
 use crate::source::server;
 use crate::source::{SnapshotMode, StartFrom};
 

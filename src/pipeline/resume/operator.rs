@@ -6,9 +6,9 @@
 
 use tracing::{info, warn};
 
-use super::PipelineError;
 use crate::checkpoint::{Checkpoint, CheckpointStore};
 use crate::config::Config;
+use crate::pipeline::PipelineError;
 use crate::sink::{self, FencingWriter, FleetRecord};
 
 /// What an operator's position did.
@@ -105,7 +105,7 @@ pub async fn record_operator_position(
         key: delivery.transactional_id.clone(),
         value: committed.encode(),
     }];
-    records.extend(super::exactly_once_start::fleet_note_record(config)?);
+    records.extend(super::exactly_once::fleet_note_record(config)?);
     writer.commit(&records).await?;
     store.save(&committed)?;
     let topic = delivery.checkpoint_topic.clone();

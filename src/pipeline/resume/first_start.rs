@@ -1,7 +1,7 @@
 //! `run --init` and `checkpoint init`: a first start happens once, and this is the one
 //! place that records it.
 //!
-//! Exactly-once mode keeps its truth on Kafka (see `exactly_once_start`): the first
+//! Exactly-once mode keeps its truth on Kafka (see `exactly_once.rs`): the first
 //! start is recorded for the fleet, its position fixed as it is recorded. In at-least-once
 //! mode the store is the only record of progress: a store created again on an emptied
 //! volume would start at `source.start` and skip every event since the last checkpoint.
@@ -10,10 +10,10 @@
 
 use tracing::{info, warn};
 
-use super::exactly_once_start::{first_start_state, fleet_note_record};
-use super::{FirstStart, PipelineError};
+use super::exactly_once::{first_start_state, fleet_note_record, FirstStart};
 use crate::checkpoint::{Checkpoint, CheckpointStore};
 use crate::config::Config;
+use crate::pipeline::PipelineError;
 use crate::sink::{self, FencingWriter, FleetRecord};
 
 /// What an init did.

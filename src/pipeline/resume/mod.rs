@@ -1,23 +1,43 @@
-//! Where a run starts: the checkpoint (exactly-once: `exactly_once_start`), else the
-//! first start's position (recorded at once), whether to resume by GTID, and the checks
-//! that must pass before streaming.
+//! Which position a run starts from, and why — decided here and nowhere else (the
+//! source only opens what it is given: `source::start`). One entry point,
+//! `start_position`, for every run and every takeover:
+//!
+//! - at-least-once: the local store's checkpoint, else a first start;
+//! - exactly-once (`exactly_once.rs`): the fleet's truth on Kafka — the last commit
+//!   marker, a store ahead of it committed as the marker first, a first start recorded
+//!   by any instance (`run --init`, `first_start.rs`), or a refusal when a position may
+//!   have existed and nothing the fleet can read says which;
+//! - a first start (`first_position.rs`): `source.start` or the initial snapshot, stored
+//!   (and, exactly-once, committed as the first marker) before anything streams;
+//! - an operator's move (`checkpoint set`, `recover`: `operator.rs`), recorded where
+//!   every instance reads it, so a standby applies it on taking over.
+//!
+//! The sled store (`checkpoint/`) is one instance's cache; the fleet's records are the
+//! Kafka side of the same idea (`sink/kafka/checkpoint_topic.rs`, `fleet_records.rs`).
 
-use tracing::{info, warn};
+mod exactly_once;
+mod first_position;
+mod first_start;
+mod operator;
 
-use super::exactly_once_start::{self, Resume};
-use super::first_position;
+pub use exactly_once::{fleet_marker, FirstStart};
+pub use first_start::init;
+pub use operator::{record_operator_position, OperatorMove};
+
+use tracing::info;
+
 use super::PipelineError;
 use crate::checkpoint::{Checkpoint, CheckpointStore};
 use crate::config::Config;
-use crate::monitor::Metrics;
 use crate::sink::Sink;
 use crate::source::server;
 use crate::source::SnapshotMode;
+use exactly_once::Resume;
 
 /// Where to start: the checkpoint, else the initial snapshot or `source.start` (stored
 /// at once, so a crash before the first delivery cannot move a `latest` start past
 /// committed events).
-pub(super) async fn start_position(
+pub(in crate::pipeline) async fn start_position(
     config: &Config,
     store: &CheckpointStore,
     conn: &mut mysql_async::Conn,
@@ -30,7 +50,7 @@ pub(super) async fn start_position(
             Some(cp) => return Ok(cp),
             None => None,
         },
-        Some(transactions) => match exactly_once_start::resume(config, local)? {
+        Some(transactions) => match exactly_once::resume(config, local)? {
             Resume::Marker(cp) => return Ok(cp),
             Resume::Store { checkpoint, seq } => {
                 // Committed as the marker before anything streams: a standby taking
@@ -87,54 +107,4 @@ pub(super) async fn start_position(
     store.save(&checkpoint)?;
     info!(position = %checkpoint.position, start = ?config.source.start, snapshot = ?config.source.snapshot, "no checkpoint yet: starting here and recorded it");
     Ok(checkpoint)
-}
-
-/// Every exact outbox table name must exist as written (a typo would make its INSERTs
-/// unrelated traffic, and the checkpoint would move past them); a pattern matching
-/// nothing yet is a warning (tables created later are picked up at their first row).
-pub(super) async fn check_outbox_tables(
-    conn: &mut mysql_async::Conn,
-    tables: &[crate::pattern::Pattern],
-    metrics: &Metrics,
-) -> Result<(), PipelineError> {
-    let found = server::outbox_tables(conn, tables).await?;
-    if !found.hidden_by_filters.is_empty() {
-        return Err(PipelineError::BinlogFiltered {
-            filters: found.hidden_by_filters,
-        });
-    }
-    metrics.set_unmatched_patterns(found.unmatched_patterns.len());
-    for pattern in &found.unmatched_patterns {
-        warn!(%pattern, "outbox.tables pattern matches no table yet; its tables are picked up when they appear");
-    }
-    if found.missing.is_empty() {
-        return Ok(());
-    }
-    let tables: Vec<String> = found
-        .missing
-        .iter()
-        .map(|(name, like)| {
-            let hint = if like.is_empty() {
-                "no table of that database exists".to_string()
-            } else {
-                format!("tables there: {}", like.join(", "))
-            };
-            format!("{name} ({hint})")
-        })
-        .collect();
-    Err(PipelineError::OutboxTablesMissing { tables })
-}
-
-/// Measures the source server's clock against this host's: binlog commit times are in
-/// the server's, and lag and the exactly-once backlog test compare them with it.
-pub(super) async fn measure_server_clock(
-    conn: &mut mysql_async::Conn,
-    metrics: &Metrics,
-) -> Result<(), PipelineError> {
-    let sent = crate::checkpoint::now_ms();
-    let server = server::now_ms(conn).await?;
-    metrics
-        .server_clock()
-        .measured(sent, server, crate::checkpoint::now_ms());
-    Ok(())
 }
