@@ -274,3 +274,53 @@ await_acked() {
     sleep 0.05
   done
 }
+
+# DeltaForge (bench/deltaforge/build) as its docs advise for a backlog drain
+# (docs/src/performance.md: batches of 16,000 events / 16 MB, 4 in flight, linger.ms=0,
+# schema sensing off) and for its outbox processor (docs/src/outbox.md: raw payloads, the
+# aggregate id as the key), the event id in an `id` header as the router's. Pipeline
+# "$1" routes to "$2.<aggregate type>"; "$3" = exactly-once (true/false). Prints the YAML.
+deltaforge_config() {
+  local name=$1 prefix=$2 eos=${3:-false}
+  cat <<Y
+apiVersion: deltaforge/v1
+kind: Pipeline
+metadata:
+  name: $name
+  tenant: bench
+spec:
+  source:
+    type: mysql
+    config:
+      id: $name-mysql
+      dsn: "mysql://cdc:cdc-secret@127.0.0.1:3307/$DB"
+      tables: ["$DB.outbox"]
+      outbox:
+        tables: ["$DB.outbox"]
+  processors:
+    - type: outbox
+      topic: "$prefix.\${aggregate_type}"
+      raw_payload: true
+      columns:
+        event_id: event_id
+      additional_headers:
+        id: event_id
+  sinks:
+    - type: kafka
+      config:
+        id: $name-kafka
+        brokers: "$B"
+        topic: "$prefix.unrouted"
+        required: true
+        exactly_once: $eos
+        client_conf:
+          linger.ms: "0"
+  batch:
+    max_events: 16000
+    max_bytes: 16777216
+    max_ms: 100
+    max_inflight: 4
+  schema_sensing:
+    enabled: false
+Y
+}
