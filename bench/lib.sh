@@ -324,3 +324,64 @@ spec:
     enabled: false
 Y
 }
+
+# The cached DeltaForge binary (bench/deltaforge/build), or nothing: a harness runs
+# DeltaForge only where it was built (CI never builds it), and not with BENCH_DELTAFORGE=0.
+deltaforge_bin() {
+  local bin=$ROOT/.local/deltaforge/bin/deltaforge-95b4d93
+  if [ "${BENCH_DELTAFORGE:-1}" != 0 ] && [ -x "$bin" ]; then echo "$bin"; fi
+}
+
+# Gives DeltaForge's store "$1" the start position "$2" (FILE) "$3" (POS) for each source
+# id after them. Its first start resolves the binlog's tail and, on MariaDB, never
+# returns (after SHOW BINARY LOG STATUS fails it asks SHOW MASTER STATUS, then awaits its
+# pool's disconnect while still holding the connection: mysql_helpers.rs,
+# resolve_binlog_tail); a stored position skips that path, as a restart does. The store
+# is created by starting DeltaForge without pipelines for two seconds.
+deltaforge_seed() {
+  local store=$1 file=$2 pos=$3 bin; shift 3
+  bin=$(deltaforge_bin)
+  (cd "$W" && exec "$bin" --api-addr 127.0.0.1:18080 --metrics-addr 127.0.0.1:19095 --storage-path "$store") > "$W/df-seed.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 50); do [ -s "$store" ] && sqlite3 "$store" 'SELECT 1 FROM df_kv LIMIT 1' >/dev/null 2>&1 && break; sleep 0.2; done
+  finish $pid
+  for id in "$@"; do
+    sqlite3 "$store" "INSERT INTO df_kv (ns, key, val) VALUES ('checkpoints', '$id', CAST('{\"file\":\"$file\",\"pos\":$pos,\"gtid_set\":null}' AS BLOB))"
+  done
+}
+
+# Compares two prefixes' records of this run (id header "$RUN-…") record for record:
+# topic (after the prefix), key, id header, value. Prints one line of counts.
+same_records() {
+  local ours=$1 theirs=$2 types=${3:-100}
+  local t
+  for p in "$ours" "$theirs"; do
+    for t in $(seq 0 $((types - 1))); do
+      timeout 300 kcat -b "$B" -C -t "$p.Type$t" -o beginning -e -X isolation.level=read_committed \
+        -f "Type$t\t%k\t%h\t%s\n" 2>/dev/null
+    done > "$W/records.$p"
+  done
+  python3 - "$W/records.$ours" "$W/records.$theirs" "$RUN" <<'PY'
+import sys
+def read(path, run):
+    out = {}
+    for line in open(path, encoding="utf-8", errors="replace"):
+        topic, key, headers, value = line.rstrip("\n").split("\t", 3)
+        hs = dict(h.split("=", 1) for h in headers.split(",") if "=" in h)
+        eid = hs.get("id", "")
+        if eid.startswith(run + "-"):
+            out.setdefault(eid, []).append((topic, key, value))
+    return out
+ours, theirs = read(sys.argv[1], sys.argv[3]), read(sys.argv[2], sys.argv[3])
+missing = sum(1 for e in ours if e not in theirs)
+extra = sum(1 for e in theirs if e not in ours)
+dups = sum(len(v) - 1 for v in theirs.values())
+both = [e for e in ours if e in theirs]
+route = sum(1 for e in both if ours[e][0][:2] == theirs[e][0][:2])
+value = sum(1 for e in both if ours[e][0][2] == theirs[e][0][2])
+sample = next((theirs[e][0][2][:60] for e in both if ours[e][0][2] != theirs[e][0][2]), "")
+print(f"ours {len(ours)}, theirs {len(theirs)}: missing {missing}, extra {extra}, duplicates {dups}; "
+      f"same topic and key {route}/{len(both)}; same value {value}/{len(both)}"
+      + (f" (theirs e.g. {sample}…)" if sample else ""))
+PY
+}
