@@ -278,7 +278,8 @@ await_acked() {
 # DeltaForge (bench/deltaforge/build) as its docs advise for a backlog drain
 # (docs/src/performance.md: batches of 16,000 events / 16 MB, 4 in flight, linger.ms=0,
 # schema sensing off) and for its outbox processor (docs/src/outbox.md: raw payloads, the
-# aggregate id as the key), the event id in an `id` header as the router's. Pipeline
+# aggregate id as the key), the event id in an `id` header as the router's
+# (BENCH_DF_LINGER_MS: its sink's linger.ms, 0 as advised for a drain; 5 its default). Pipeline
 # "$1" routes to "$2.<aggregate type>"; "$3" = exactly-once (true/false). Prints the YAML.
 deltaforge_config() {
   local name=$1 prefix=$2 eos=${3:-false}
@@ -314,7 +315,7 @@ spec:
         required: true
         exactly_once: $eos
         client_conf:
-          linger.ms: "0"
+          linger.ms: "${BENCH_DF_LINGER_MS:-0}"
   batch:
     max_events: 16000
     max_bytes: 16777216
