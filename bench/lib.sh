@@ -261,28 +261,35 @@ cpu_diff() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "nan" || b == "nan") prin
 # Waits until the router with metrics on port "$1" has acknowledged "$2" events; fails
 # when process "$3" (the router, or the time(1) wrapping it) exits first, or when the
 # count does not arrive within await_secs.
-await_acked() {
-  local port=$1 n=$2 pid=$3 acked deadline
+await_acked() { await_metric "$1" outbox_router_events_acked_total "$2" "$3" router; }
+
+# Waits until the counter "$2" (summed over its labels) on port "$1"'s /metrics reaches
+# "$3"; fails when process "$4" exits first or the count does not arrive within
+# await_secs. "$5" names the contender in the messages.
+await_metric() {
+  local port=$1 metric=$2 n=$3 pid=$4 who=$5 count deadline
   deadline=$(($(date +%s) + $(await_secs "$n")))
   while :; do
-    kill -0 "$pid" 2>/dev/null || { log "router exited early"; return 1; }
+    kill -0 "$pid" 2>/dev/null || { log "$who exited early"; return 1; }
     # The port is not open for the first polls: that is not a failure.
-    acked=$({ curl -s --max-time 2 "127.0.0.1:$port/metrics" 2>/dev/null || true; } |
-      awk '/^outbox_router_events_acked_total/ {print $2}')
-    [ "${acked:-0}" -ge "$n" ] && return 0
-    [ "$(date +%s)" -lt "$deadline" ] || { log "router acknowledged ${acked:-0} of $n events within $(await_secs "$n") s"; return 1; }
+    count=$({ curl -s --max-time 2 "127.0.0.1:$port/metrics" 2>/dev/null || true; } |
+      awk -v m="$metric" '$1 == m || index($1, m "{") == 1 {s += $NF} END {printf "%.0f\n", s}')
+    [ "${count:-0}" -ge "$n" ] && return 0
+    [ "$(date +%s)" -lt "$deadline" ] || { log "$who counted ${count:-0} of $n events within $(await_secs "$n") s"; return 1; }
     sleep 0.05
   done
 }
 
-# DeltaForge (bench/deltaforge/build) as its docs advise for a backlog drain
-# (docs/src/performance.md: batches of 16,000 events / 16 MB, 4 in flight, linger.ms=0,
-# schema sensing off) and for its outbox processor (docs/src/outbox.md: raw payloads, the
-# aggregate id as the key), the event id in an `id` header as the router's
-# (BENCH_DF_LINGER_MS: its sink's linger.ms, 0 as advised for a drain; 5 its default). Pipeline
-# "$1" routes to "$2.<aggregate type>"; "$3" = exactly-once (true/false). Prints the YAML.
+# DeltaForge (bench/deltaforge/build) as its docs advise for its outbox processor
+# (docs/src/outbox.md: raw payloads, the aggregate id as the key), the event id in an
+# `id` header as the router's. Pipeline "$1" routes to "$2.<aggregate type>"; "$3" =
+# exactly-once (true/false); "$4" the shape its docs/src/performance.md advises for:
+# "drain" (default) for a backlog — batches of 16,000 events / 16 MB, 4 in flight,
+# linger.ms 0 (BENCH_DF_LINGER_MS overrides; 5 is its sink's default) —, "steady" for
+# latency — its defaults (2,000 events / 50 ms, 1 in flight, linger.ms 5). Schema sensing
+# off either way. Prints the YAML.
 deltaforge_config() {
-  local name=$1 prefix=$2 eos=${3:-false}
+  local name=$1 prefix=$2 eos=${3:-false} shape=${4:-drain}
   cat <<Y
 apiVersion: deltaforge/v1
 kind: Pipeline
@@ -314,6 +321,9 @@ spec:
         topic: "$prefix.unrouted"
         required: true
         exactly_once: $eos
+Y
+  if [ "$shape" = drain ]; then
+    cat <<Y
         client_conf:
           linger.ms: "${BENCH_DF_LINGER_MS:-0}"
   batch:
@@ -321,10 +331,19 @@ spec:
     max_bytes: 16777216
     max_ms: 100
     max_inflight: 4
+Y
+  fi
+  cat <<Y
   schema_sensing:
     enabled: false
 Y
 }
+
+# DeltaForge's command line for config "$1" and store "$2" after the binary, its API on
+# loopback. Its metrics listener is not configurable: 0.0.0.0:9000 whatever
+# --metrics-addr says (crates/runner/src/main.rs), so one DeltaForge runs at a time.
+DF_METRICS_PORT=9000
+deltaforge_args() { echo --config "$1" --api-addr 127.0.0.1:18080 --metrics-addr 127.0.0.1:$DF_METRICS_PORT --storage-path "$2"; }
 
 # The cached DeltaForge binary (bench/deltaforge/build), or nothing: a harness runs
 # DeltaForge only where it was built (CI never builds it), and not with BENCH_DELTAFORGE=0.
@@ -349,6 +368,21 @@ deltaforge_seed() {
   for id in "$@"; do
     sqlite3 "$store" "INSERT INTO df_kv (ns, key, val) VALUES ('checkpoints', '$id', CAST('{\"file\":\"$file\",\"pos\":$pos,\"gtid_set\":null}' AS BLOB))"
   done
+}
+
+# Waits (up to 60 s) until DeltaForge, process "$1", reports every pipeline running on its
+# API (/ready lists each pipeline's status).
+deltaforge_running() {
+  local pid=$1 ready
+  for _ in $(seq 1 120); do
+    kill -0 "$pid" 2>/dev/null || { log "DeltaForge exited early"; return 1; }
+    ready=$(curl -s --max-time 2 127.0.0.1:18080/ready 2>/dev/null || true)
+    if echo "$ready" | grep -q '"status":"running"' && ! echo "$ready" | grep -qE '"status":"(starting|failed|paused|stopped)"'; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  log "DeltaForge did not report its pipelines running within 60 s: $ready"; return 1
 }
 
 # Compares two prefixes' records of this run (id header "$RUN-…") record for record:
