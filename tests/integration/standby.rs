@@ -120,11 +120,7 @@ async fn fenced_or_standby_again(old: &mut RouterProcess, port: u16) -> &'static
     loop {
         if let Some(status) = old.wait(Duration::from_millis(200)) {
             let log = old.log();
-            assert!(
-                !status.success(),
-                "{status}:
-{log}"
-            );
+            assert!(!status.success(), "{status}:\n{log}");
             // The final line, not only librdkafka's lines above it (it blamed `PurgeQueue`).
             let last = log
                 .lines()
