@@ -258,6 +258,14 @@ finish() {
 # "$2 - $1" for server_cpu readings, "n/a" when either is not measured.
 cpu_diff() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "nan" || b == "nan") print "n/a"; else printf "%.2f\n", b - a }'; }
 
+# Prints "secs cpu rss_mb" from a /usr/bin/time -v report "$1" and the wall time "$2".
+times() {
+  local cpu rss
+  cpu=$(awk -F': ' '/User time/ {u=$2} /System time/ {s=$2} END {print u+s}' "$1")
+  rss=$(awk -F': ' '/Maximum resident/ {print int($2/1024)}' "$1")
+  echo "$2 $cpu $rss"
+}
+
 # Waits until the router with metrics on port "$1" has acknowledged "$2" events; fails
 # when process "$3" (the router, or the time(1) wrapping it) exits first, or when the
 # count does not arrive within await_secs.
@@ -343,13 +351,40 @@ Y
 # loopback. Its metrics listener is not configurable: 0.0.0.0:9000 whatever
 # --metrics-addr says (crates/runner/src/main.rs), so one DeltaForge runs at a time.
 DF_METRICS_PORT=9000
-deltaforge_args() { echo --config "$1" --api-addr 127.0.0.1:18080 --metrics-addr 127.0.0.1:$DF_METRICS_PORT --storage-path "$2"; }
+DF_API=127.0.0.1:18080
+deltaforge_args() { echo --config "$1" --api-addr $DF_API --metrics-addr 127.0.0.1:$DF_METRICS_PORT --storage-path "$2"; }
 
-# The cached DeltaForge binary (bench/deltaforge/build), or nothing: a harness runs
-# DeltaForge only where it was built (CI never builds it), and not with BENCH_DELTAFORGE=0.
+# The cached DeltaForge binary (bench/deltaforge/build), or nothing (and a log line saying
+# it is left out): a harness runs DeltaForge only where it was built (CI never builds it),
+# and not with BENCH_DELTAFORGE=0.
 deltaforge_bin() {
   local bin=$ROOT/.local/deltaforge/bin/deltaforge-95b4d93
-  if [ "${BENCH_DELTAFORGE:-1}" != 0 ] && [ -x "$bin" ]; then echo "$bin"; fi
+  if [ "${BENCH_DELTAFORGE:-1}" != 0 ] && [ -x "$bin" ]; then
+    echo "$bin"
+  else
+    log "DeltaForge not built here (bench/deltaforge/build) or BENCH_DELTAFORGE=0: left out"
+  fi
+}
+
+# Runs DeltaForge with config "$1" and store "$2" (its output in "$W/$3.*"), behind the
+# command words of the array PIN when a harness sets it, until its own counter of
+# delivered events reaches N: deltaforge_sink_events_total moves once a batch's send,
+# commit_transaction included in exactly-once, has returned — as the router's runs are
+# timed by their acknowledged count (end offsets would also count transaction markers).
+# Prints "secs cpu rss_mb broker_cpu" (the broker's CPU up to the last count).
+deltaforge_drain() {
+  local config=$1 store=$2 name=$3 start end tpid k0 k1
+  k0=$(server_cpu | awk '{print $1}')
+  start=$(date +%s.%N)
+  # shellcheck disable=SC2046 # deltaforge_args prints words
+  ${PIN[@]+"${PIN[@]}"} /usr/bin/time -v -o "$W/$name.time" "$(deltaforge_bin)" $(deltaforge_args "$config" "$store") \
+    > "$W/$name.out" 2> "$W/$name.log" &
+  tpid=$!
+  await_metric $DF_METRICS_PORT deltaforge_sink_events_total "$N" $tpid DeltaForge || { tail -20 "$W/$name.log" >&2; return 1; }
+  end=$(date +%s.%N)
+  k1=$(server_cpu | awk '{print $1}')
+  finish $tpid
+  echo "$(times "$W/$name.time" "$(echo "$end - $start" | bc -l)") $(cpu_diff "$k0" "$k1")"
 }
 
 # Gives DeltaForge's store "$1" the start position "$2" (FILE) "$3" (POS) for each source
@@ -361,7 +396,7 @@ deltaforge_bin() {
 deltaforge_seed() {
   local store=$1 file=$2 pos=$3 bin; shift 3
   bin=$(deltaforge_bin)
-  (cd "$W" && exec "$bin" --api-addr 127.0.0.1:18080 --metrics-addr 127.0.0.1:19095 --storage-path "$store") > "$W/df-seed.log" 2>&1 &
+  (cd "$W" && exec "$bin" --api-addr $DF_API --metrics-addr 127.0.0.1:$DF_METRICS_PORT --storage-path "$store") > "$W/df-seed.log" 2>&1 &
   local pid=$!
   for _ in $(seq 1 50); do [ -s "$store" ] && sqlite3 "$store" 'SELECT 1 FROM df_kv LIMIT 1' >/dev/null 2>&1 && break; sleep 0.2; done
   finish $pid
@@ -376,7 +411,7 @@ deltaforge_running() {
   local pid=$1 ready
   for _ in $(seq 1 120); do
     kill -0 "$pid" 2>/dev/null || { log "DeltaForge exited early"; return 1; }
-    ready=$(curl -s --max-time 2 127.0.0.1:18080/ready 2>/dev/null || true)
+    ready=$(curl -s --max-time 2 "$DF_API/ready" 2>/dev/null || true)
     if echo "$ready" | grep -q '"status":"running"' && ! echo "$ready" | grep -qE '"status":"(starting|failed|paused|stopped)"'; then
       return 0
     fi
