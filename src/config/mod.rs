@@ -308,6 +308,11 @@ impl Config {
         // The dead-letter topic is the outbox's setting, checked by the route's rules.
         crate::kafka::check_topic(&self.outbox.dead_letter_topic)
             .map_err(|e| format!("outbox.dead_letter_topic: {e}"))?;
+        crate::kafka::check_topic(&self.outbox.parking.topic)
+            .map_err(|e| format!("outbox.parking.topic: {e}"))?;
+        if self.outbox.parking.max_aggregates == 0 || self.outbox.parking.max_events == 0 {
+            return Err("outbox.parking.max_aggregates and max_events must be at least 1".into());
+        }
         self.rules()?;
         Ok(())
     }
@@ -320,7 +325,8 @@ impl Config {
     }
 
     /// The event rules: Debezium options when given, else the native columns and topic.
-    /// The same router as a shadow (`run --shadow`): every topic, dead letters included,
+    /// The same router as a shadow (`run --shadow`): every topic, dead letters and parked
+    /// events included,
     /// under `route.shadow_prefix`; its own checkpoint store (`<checkpoint.dir>-shadow`)
     /// and transactional id, so the live router later starts from nothing of the
     /// shadow's and the shadow's progress never moves the live one.
@@ -328,6 +334,7 @@ impl Config {
         let prefix = self.route.shadow_prefix.clone();
         self.route.shadow = true;
         self.outbox.dead_letter_topic.insert_str(0, &prefix);
+        self.outbox.parking.topic.insert_str(0, &prefix);
         let mut dir = self.checkpoint.dir.clone().into_os_string();
         dir.push("-shadow");
         self.checkpoint.dir = dir.into();

@@ -5,7 +5,7 @@
 //! a missing one stops the router at once, naming it, rather than after a full
 //! `message.timeout.ms` on every restart.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -170,16 +170,41 @@ impl TopicCreator {
     }
 
     /// Makes sure the one-partition compacted `topic` of exactly-once mode's commit
-    /// markers exists (created even with `kafka.topics.create = false`: the router
-    /// owns it).
+    /// markers (or a lock) exists (created even with `kafka.topics.create = false`: the
+    /// router owns it).
     pub fn ensure_compacted(
         &self,
         topic: &str,
         what: &'static str,
     ) -> Result<(), KafkaClientError> {
-        let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1))
-            .set("cleanup.policy", "compact")
-            .set("min.compaction.lag.ms", "60000");
+        self.ensure_owned(topic, what, OwnedShape::Compacted)
+    }
+
+    /// Makes sure the one-partition `topic` that keeps every record forever exists (the
+    /// parking topic: its records are the set of parked aggregates), created so even
+    /// with `kafka.topics.create = false`, an existing one checked.
+    pub fn ensure_kept_forever(
+        &self,
+        topic: &str,
+        what: &'static str,
+    ) -> Result<(), KafkaClientError> {
+        self.ensure_owned(topic, what, OwnedShape::KeptForever)
+    }
+
+    fn ensure_owned(
+        &self,
+        topic: &str,
+        what: &'static str,
+        shape: OwnedShape,
+    ) -> Result<(), KafkaClientError> {
+        let mut new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1));
+        for (key, value) in shape.settings() {
+            new = new.set(key, value);
+        }
+        if let OwnedShape::Compacted = shape {
+            // Created with, not checked: a marker written a moment ago stays readable.
+            new = new.set("min.compaction.lag.ms", "60000");
+        }
         let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
         let failed = |reason: String| KafkaClientError::CreateTopic {
             topic: topic.to_string(),
@@ -203,7 +228,7 @@ impl TopicCreator {
             tokio::task::block_in_place(|| {
                 wait_for_leaders(&self.admin, &[topic.to_string()])?;
                 match existed {
-                    true => self.check_compacted_shape(topic, what),
+                    true => self.check_shape(topic, what, shape),
                     false => Ok(()),
                 }
             })?;
@@ -211,14 +236,17 @@ impl TopicCreator {
         Ok(())
     }
 
-    /// An existing marker or lock topic must be what the router would have made: one
-    /// partition (the newest marker is the newest record of partition 0; a lock is one
-    /// partition's assignment) and `cleanup.policy=compact` (with `delete` an idle
-    /// router's only marker expires and the next start finds none).
-    fn check_compacted_shape(
+    /// An existing topic of the router's own must be what the router would have made:
+    /// one partition (the newest marker is the newest record of partition 0; a lock is
+    /// one partition's assignment; parked events keep one order) and its cleanup: a
+    /// marker or lock topic `compact` (with `delete` an idle router's only marker
+    /// expires and the next start finds none), the parking topic `delete` with no
+    /// retention limit (compaction or expiry would unpark an aggregate silently).
+    fn check_shape(
         &self,
         topic: &str,
         what: &'static str,
+        shape: OwnedShape,
     ) -> Result<(), KafkaClientError> {
         let timeout = Duration::from_secs(10);
         let lookup = |e: String| KafkaClientError::CreateTopic {
@@ -241,27 +269,31 @@ impl TopicCreator {
                 .describe_configs(&[ResourceSpecifier::Topic(topic)], &opts),
         )
         .map_err(|e| lookup(e.to_string()))?;
-        // A lookup the broker answered with an error says nothing about the policy.
-        let mut policy = None;
+        // A lookup the broker answered with an error says nothing about the settings.
+        let mut configs = HashMap::new();
         for resource in described {
             let resource =
                 resource.map_err(|code| lookup(format!("describing its configs: {code}")))?;
-            policy = resource
-                .entries
-                .into_iter()
-                .find(|e| e.name == "cleanup.policy")
-                .and_then(|e| e.value);
+            for e in resource.entries {
+                if let Some(v) = e.value {
+                    configs.insert(e.name, v);
+                }
+            }
         }
-        let policy =
-            policy.ok_or_else(|| lookup("the broker described no cleanup.policy".into()))?;
         let mut problems = Vec::new();
         if partitions != 1 {
             problems.push(format!("{partitions} partitions, it needs exactly 1"));
         }
-        if policy != "compact" {
-            problems.push(format!(
-                "cleanup.policy={policy}, it needs compact (alone: with delete the newest record expires)"
-            ));
+        for (key, wanted) in shape.settings() {
+            let found = configs
+                .get(*key)
+                .ok_or_else(|| lookup(format!("the broker described no {key}")))?;
+            if found != wanted {
+                problems.push(format!(
+                    "{key}={found}, it needs {wanted}{}",
+                    shape.why(key)
+                ));
+            }
         }
         match problems.is_empty() {
             true => Ok(()),
@@ -434,4 +466,42 @@ fn wait_for_leaders(
         }
     }
     Ok(())
+}
+
+/// The shapes of the router's own one-partition topics.
+#[derive(Debug, Clone, Copy)]
+enum OwnedShape {
+    /// Commit markers, locks: the newest record of each key is what counts.
+    Compacted,
+    /// Parked events: every record counts, for ever.
+    KeptForever,
+}
+
+impl OwnedShape {
+    /// The topic settings it is created with and checked for.
+    fn settings(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            OwnedShape::Compacted => &[("cleanup.policy", "compact")],
+            OwnedShape::KeptForever => &[
+                ("cleanup.policy", "delete"),
+                ("retention.ms", "-1"),
+                ("retention.bytes", "-1"),
+            ],
+        }
+    }
+
+    /// Why a setting must be as it is.
+    fn why(self, key: &str) -> &'static str {
+        match (self, key) {
+            (OwnedShape::Compacted, _) => {
+                " (alone: with delete the newest record expires)"
+            }
+            (OwnedShape::KeptForever, "cleanup.policy") => {
+                " (alone: compaction keeps one record per aggregate and drops the parked events before it)"
+            }
+            (OwnedShape::KeptForever, _) => {
+                " (a parked event that expires unparks its aggregate without a release)"
+            }
+        }
+    }
 }

@@ -28,9 +28,11 @@ pub struct Scanned {
 /// Calls `each` with every record of `topics` (all partitions; `each` gets the topic's
 /// index) from the first one with a timestamp at or after `since_ms` up to the end each
 /// partition had when the scan started. A topic that does not exist holds nothing. One
-/// consumer reads them all: each request covers every partition.
+/// consumer reads them all: each request covers every partition. `task` names the
+/// progress it reports.
 pub fn scan(
     cfg: &KafkaConfig,
+    task: &'static str,
     topics: &[String],
     since_ms: i64,
     mut each: impl FnMut(usize, &BorrowedMessage<'_>),
@@ -124,10 +126,7 @@ pub fn scan(
         .enumerate()
         .map(|(i, t)| (t.as_str(), i))
         .collect();
-    let mut report = CommandProgress::new(
-        "reconcile: records read from Kafka (of at most)",
-        Some(total),
-    );
+    let mut report = CommandProgress::new(task, Some(total));
     let mut progress = Instant::now();
     let mut checked = Instant::now();
     while !ends.is_empty() {

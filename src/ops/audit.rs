@@ -146,6 +146,7 @@ impl<'a> AuditTrail<'a> {
                     }),
                     position: "-".into(),
                     id: EventId(entry.id.clone().into_bytes()),
+                    aggregate_type: None,
                 },
                 claim_check: false,
             };

@@ -22,6 +22,9 @@ pub struct OutboxConfig {
     /// Topic for dead-lettered rows.
     #[serde(default = "default_dead_letter_topic")]
     pub dead_letter_topic: String,
+    /// `on_invalid = "park"`: where parked events go and how many may wait there.
+    #[serde(default)]
+    pub parking: ParkingConfig,
     /// Debezium Outbox Event Router options by their Debezium names (e.g.
     /// `"table.fields.additional.placement"`); when present they replace `columns` and
     /// `route.topic`, with Debezium's defaults.
@@ -40,6 +43,43 @@ impl OutboxConfig {
 
 fn default_dead_letter_topic() -> String {
     "outbox.dead-letter".into()
+}
+
+/// `[outbox.parking]`: ordered parking's topic and bounds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParkingConfig {
+    /// The parking topic: one partition, records kept forever (checked at start). It
+    /// is the fleet's record of what is parked, so each source needs its own.
+    #[serde(default = "default_parking_topic")]
+    pub topic: String,
+    /// Aggregates parked at once past which the router stops: a deploy that breaks
+    /// every row must not quietly turn the parking topic into a second outbox.
+    #[serde(default = "default_max_aggregates")]
+    pub max_aggregates: u64,
+    /// Events parked at once past which the router stops.
+    #[serde(default = "default_max_events")]
+    pub max_events: u64,
+}
+
+impl Default for ParkingConfig {
+    fn default() -> Self {
+        Self {
+            topic: default_parking_topic(),
+            max_aggregates: default_max_aggregates(),
+            max_events: default_max_events(),
+        }
+    }
+}
+
+fn default_parking_topic() -> String {
+    "outbox.parked".into()
+}
+fn default_max_aggregates() -> u64 {
+    1_000
+}
+fn default_max_events() -> u64 {
+    100_000
 }
 
 /// Debezium's default name of the trace-context column (`tracing.span.context.field`).

@@ -48,6 +48,17 @@ pub struct OutboxEvent {
     pub partition: Option<i32>,
 }
 
+impl OutboxEvent {
+    /// The aggregate it belongs to.
+    pub fn aggregate(&self) -> Aggregate {
+        Aggregate {
+            table: self.table.clone(),
+            aggregate_type: Some(self.route_value.clone()),
+            id: self.key.clone(),
+        }
+    }
+}
+
 #[cfg(test)]
 impl OutboxEvent {
     /// An event of `shop.outbox`, id `e-1`, aggregate type `Order`, for unit tests.
@@ -73,6 +84,26 @@ impl OutboxEvent {
     }
 }
 
+/// The aggregate an event belongs to, as read from its row: what ordered parking holds
+/// back. The table is part of it (two outboxes may reuse ids), and so is the type as
+/// stored (NULL stays NULL: a row is never guessed into another aggregate).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Aggregate {
+    /// The outbox table.
+    pub table: Arc<TableName>,
+    /// The route column's value (aggregate type by default); `None` for NULL.
+    pub aggregate_type: Option<String>,
+    /// The aggregate id: the record key.
+    pub id: Vec<u8>,
+}
+
+impl fmt::Display for Aggregate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = self.aggregate_type.as_deref().unwrap_or("NULL");
+        write!(f, "{} {kind}/{}", self.table, EventId(self.id.clone()))
+    }
+}
+
 /// A row that cannot become a Kafka record. Never dropped silently: the `on_invalid`
 /// policy stops the router (default), dead-letters it or skips it with a log and a count.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -88,6 +119,8 @@ pub struct InvalidEvent {
     pub reason: String,
     /// The row as JSON (column → text, `{"base64": …}` or null), for the dead-letter record.
     pub row: serde_json::Value,
+    /// Its aggregate, when the row names a usable one (parking holds it back).
+    pub aggregate: Option<Box<Aggregate>>,
 }
 
 impl InvalidEvent {
@@ -108,6 +141,7 @@ impl InvalidEvent {
             event_id: Some(event.id.clone()),
             reason: reason.into(),
             row,
+            aggregate: Some(Box::new(event.aggregate())),
         }
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tracing::{error, warn};
 
 use super::value;
-use super::{EventId, InvalidEvent, OnUpdate, OutboxEvent, Placement, RowCopy, Rules};
+use super::{Aggregate, EventId, InvalidEvent, OnUpdate, OutboxEvent, Placement, RowCopy, Rules};
 use crate::source::{RowChange, RowImage, RowOp, Transaction};
 
 /// A transaction's events, ready for routing.
@@ -17,10 +17,9 @@ pub struct MappedTransaction {
     pub delivered_through: Option<crate::position::Position>,
     /// Commit time (ms since epoch).
     pub commit_time_ms: i64,
-    /// Events in commit order.
-    pub events: Vec<OutboxEvent>,
-    /// Rows that cannot be events, for the `on_invalid` policy.
-    pub invalid: Vec<InvalidEvent>,
+    /// Each inserted row in commit order: its event, or why it cannot be one (for the
+    /// `on_invalid` policy, which may need to know what came before it).
+    pub events: Vec<Result<OutboxEvent, InvalidEvent>>,
     /// UPDATE / DELETE rows ignored, per operation and table, for the counters.
     pub ignored: Vec<Ignored>,
     /// False for a streamed part of a larger transaction.
@@ -56,16 +55,12 @@ impl Mapper {
     /// be events are collected for the policy.
     pub fn map(&self, txn: Transaction) -> Result<MappedTransaction, InvalidEvent> {
         let mut events = Vec::with_capacity(txn.changes.len());
-        let mut invalid = Vec::new();
         // Ignored rows are reported once per transaction and table, not per row: cleanup
         // jobs delete outbox rows by the million.
         let mut ignored: Vec<Ignored> = Vec::new();
         for change in txn.changes {
             match change.op {
-                RowOp::Insert => match self.map_row(&txn.end.file, change) {
-                    Ok(e) => events.push(e),
-                    Err(e) => invalid.push(e),
-                },
+                RowOp::Insert => events.push(self.map_row(&txn.end.file, change)),
                 op => match ignored
                     .iter_mut()
                     .find(|i| i.op == op && i.table == change.table)
@@ -92,6 +87,7 @@ impl Mapper {
                         event_id: None,
                         reason: format!("{n} UPDATE row(s) on the append-only outbox (table.op.invalid.behavior = fatal)"),
                         row: serde_json::Value::Null,
+                        aggregate: None,
                     })
                 }
                 (RowOp::Update, OnUpdate::Error) => {
@@ -105,7 +101,6 @@ impl Mapper {
             delivered_through: txn.delivered_through,
             commit_time_ms: txn.commit_time_ms,
             events,
-            invalid,
             ignored,
             complete: txn.complete,
         })
@@ -127,6 +122,11 @@ impl Mapper {
                 .as_ref()
                 .map(|r| row_json(r, self.copy))
                 .unwrap_or_default(),
+            aggregate: change
+                .row
+                .as_ref()
+                .and_then(|r| aggregate_of(r, &self.rules, &change.table))
+                .map(Box::new),
         };
         let Some(row) = change.row.as_ref() else {
             return Err(invalid(
@@ -235,6 +235,30 @@ fn bad_trace_context(table: &crate::position::TableName, id: &EventId, column: &
     if n.is_multiple_of(1000) {
         warn!(%table, event_id = %id, column, reason = why, seen = n + 1, "trace context not propagated: the event goes out without traceparent / tracestate headers");
     }
+}
+
+/// The aggregate a row that cannot be an event names, as read: its id must be text
+/// (NULL, empty or binary ids name none), its type is taken as stored.
+fn aggregate_of(
+    row: &RowImage,
+    rules: &Rules,
+    table: &Arc<crate::position::TableName>,
+) -> Option<Aggregate> {
+    let id = column(row, &rules.key).ok().flatten()?;
+    if id.is_empty() || std::str::from_utf8(&id).is_err() {
+        return None;
+    }
+    let aggregate_type = match column(row, &rules.route_by) {
+        Ok(Some(b)) => Some(String::from_utf8_lossy(&b).into_owned()),
+        Ok(None) => None,
+        // An unreadable type column: no aggregate can be named with certainty.
+        Err(_) => return None,
+    };
+    Some(Aggregate {
+        table: table.clone(),
+        aggregate_type,
+        id,
+    })
 }
 
 /// The whole row as JSON, for dead-letter records.

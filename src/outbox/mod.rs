@@ -10,8 +10,8 @@ mod rules;
 pub mod trace;
 mod value;
 
-pub use config::{ColumnMapping, OutboxConfig};
-pub use event::{EventId, InvalidEvent, OutboxEvent, RowCopy};
+pub use config::{ColumnMapping, OutboxConfig, ParkingConfig};
+pub use event::{Aggregate, EventId, InvalidEvent, OutboxEvent, RowCopy};
 pub use mapping::{Ignored, MappedTransaction, Mapper};
 pub use policy::OnInvalid;
 pub use rules::{parse_placements, Additional, OnUpdate, Placement, Rules};

@@ -14,6 +14,9 @@ pub enum OnInvalid {
     DeadLetter,
     /// Log it with table, position and event id, count it, and go on.
     Skip,
+    /// Hold its aggregate back: it and every later event of the same aggregate go to
+    /// the parking topic in commit order, every other aggregate goes on (`route::parking`).
+    Park,
 }
 
 impl OnInvalid {
@@ -23,6 +26,7 @@ impl OnInvalid {
             OnInvalid::Fail => "fail",
             OnInvalid::DeadLetter => "dead-letter",
             OnInvalid::Skip => "skip",
+            OnInvalid::Park => "park",
         }
     }
 }

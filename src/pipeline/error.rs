@@ -18,6 +18,10 @@ pub enum PipelineError {
     // Not a `source`: the message already contains it, and error chains would repeat it.
     #[error("{0}; the checkpoint stays before this transaction: fix the row's data or the column mapping, then restart")]
     Invalid(InvalidEvent),
+    #[error("{0}; rows read from a table (snapshot, recover, replay) are not parked: on_invalid = \"park\" keeps the binlog stream's order, and a table read stops at the first invalid row as `fail` does. Fix the row's data or the column mapping, then run it again")]
+    InvalidTableRow(InvalidEvent),
+    #[error(transparent)]
+    Parking(#[from] crate::route::parking::ParkingError),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
@@ -178,6 +182,7 @@ impl PipelineError {
             PipelineError::Sink(e) => e.is_transient(),
             PipelineError::Lock(crate::ha::LockError::Topic(e)) => e.is_transient(),
             PipelineError::Avro(AvroError::Registry(e)) => e.is_transient(),
+            PipelineError::Parking(e) => e.is_transient(),
             _ => false,
         }
     }

@@ -11,7 +11,8 @@ use super::PipelineError;
 use crate::config::Config;
 use crate::monitor::Metrics;
 use crate::outbox::{Mapper, OnInvalid};
-use crate::route::{Batch, Router};
+use crate::route::parking::Parking;
+use crate::route::{Batch, InvalidAt, Router};
 use crate::sink::ValueBudget;
 use crate::source::{BinlogReader, Transaction};
 
@@ -101,7 +102,7 @@ impl Handoff {
 
 /// Source → outbox → route, one committed transaction at a time.
 pub(super) async fn read_loop(
-    policy: InvalidPolicy,
+    mut policy: InvalidPolicy,
     mut reader: BinlogReader,
     mapper: Mapper,
     router: Router,
@@ -119,9 +120,7 @@ pub(super) async fn read_loop(
             txn = reader.next_transaction() => txn?,
         };
         let mut batch = map_and_route(&mapper, &router, &metrics, txn)?;
-        if !batch.invalid.is_empty() {
-            policy.apply(&router, &metrics, &mut batch)?;
-        }
+        policy.apply(&router, &metrics, &mut batch)?;
         metrics.read(
             batch.complete.then_some(&batch.end),
             batch.commit_time_ms,
@@ -135,10 +134,13 @@ pub(super) async fn read_loop(
 }
 
 /// What to do with rows that cannot be records (`outbox.on_invalid`).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct InvalidPolicy {
     on_invalid: OnInvalid,
     dead_letter_topic: String,
+    /// `park`: the parked aggregates, read back from the parking topic when the run
+    /// started; `None` where nothing parks (rows read from tables).
+    parking: Option<Parking>,
 }
 
 impl InvalidPolicy {
@@ -146,20 +148,33 @@ impl InvalidPolicy {
         Self {
             on_invalid: config.outbox.on_invalid,
             dead_letter_topic: config.outbox.dead_letter_topic.clone(),
+            parking: None,
         }
     }
 
+    /// The binlog stream's policy: with `park`, the parked aggregates `parking` holds.
+    pub(crate) fn with_parking(mut self, parking: Option<Parking>) -> Self {
+        self.parking = parking;
+        self
+    }
+
     /// Fails on the first invalid row, or dead-letters / skips each one, logged with
-    /// table, position, event id and reason, and counted.
+    /// table, position, event id and reason, and counted; or parks its aggregate and
+    /// diverts the parked aggregates' events, in order.
     pub(crate) fn apply(
-        &self,
+        &mut self,
         router: &Router,
         metrics: &Metrics,
         batch: &mut Batch,
     ) -> Result<(), PipelineError> {
         let policy = self.on_invalid.as_str();
-        for bad in std::mem::take(&mut batch.invalid) {
+        for _ in &batch.invalid {
             metrics.invalid(policy);
+        }
+        if self.on_invalid == OnInvalid::Park {
+            return self.park(router, metrics, batch);
+        }
+        for InvalidAt { event: bad, .. } in std::mem::take(&mut batch.invalid) {
             match self.on_invalid {
                 OnInvalid::Fail => return Err(PipelineError::Invalid(bad)),
                 OnInvalid::DeadLetter => {
@@ -172,7 +187,30 @@ impl InvalidPolicy {
                     ));
                 }
                 OnInvalid::Skip => warn!(error = %bad, policy, "invalid outbox row skipped"),
+                OnInvalid::Park => unreachable!("parked above"),
             }
+        }
+        Ok(())
+    }
+
+    fn park(
+        &mut self,
+        router: &Router,
+        metrics: &Metrics,
+        batch: &mut Batch,
+    ) -> Result<(), PipelineError> {
+        let Some(parking) = self.parking.as_mut() else {
+            // Rows read from a table (snapshot, recover, replay) have no stream order to
+            // keep: the first invalid one stops them, as `fail` would.
+            return match std::mem::take(&mut batch.invalid).into_iter().next() {
+                Some(InvalidAt { event, .. }) => Err(PipelineError::InvalidTableRow(event)),
+                None => Ok(()),
+            };
+        };
+        let before = parking.events();
+        parking.divert(router, batch)?;
+        if parking.events() != before {
+            metrics.set_parked(parking.aggregates(), parking.events(), parking.oldest_ms());
         }
         Ok(())
     }

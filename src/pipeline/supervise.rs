@@ -13,6 +13,8 @@ use super::{ack, preflight, resume, PipelineError};
 use crate::checkpoint::CheckpointStore;
 use crate::config::Config;
 use crate::monitor::{Metrics, RestartReason};
+use crate::outbox::OnInvalid;
+use crate::route::parking::Parking;
 use crate::sink::{NullSink, Sink, StdoutSink};
 use crate::source::{self, server, SourceError};
 
@@ -141,6 +143,38 @@ impl ConflictWindow {
     }
 }
 
+/// With `on_invalid = "park"`, the fleet's parked aggregates: the parking topic made
+/// sure of (one partition, kept forever) and read to its end. A dry run parks in a set
+/// of its own, starting empty: it writes nothing the fleet reads.
+async fn parked_set(
+    config: &Config,
+    sink_kind: SinkKind,
+    metrics: &crate::monitor::Metrics,
+) -> Result<Option<Parking>, PipelineError> {
+    if config.outbox.on_invalid != OnInvalid::Park {
+        return Ok(None);
+    }
+    let parking = &config.outbox.parking;
+    if sink_kind != SinkKind::Kafka {
+        warn!(topic = %parking.topic, "dry run: parking starts from an empty set, not the parking topic's");
+        return Ok(Some(Parking::empty(parking)));
+    }
+    let read = Instant::now();
+    crate::kafka::TopicCreator::new(&config.kafka)
+        .and_then(|c| c.ensure_kept_forever(&parking.topic, "parking"))
+        .map_err(crate::sink::SinkError::from)?;
+    let (kafka, cfg) = (config.kafka.clone(), parking.clone());
+    let set = tokio::task::spawn_blocking(move || crate::route::parking::load(&kafka, &cfg))
+        .await
+        .map_err(|e| PipelineError::TaskFailed {
+            task: "parking",
+            reason: e.to_string(),
+        })??;
+    metrics.set_parked(set.aggregates(), set.events(), set.oldest_ms());
+    info!(topic = %parking.topic, aggregates = set.aggregates(), events = set.events(), read_ms = read.elapsed().as_millis() as u64, "parked aggregates read back from the parking topic: their events keep going there, in order");
+    Ok(Some(set))
+}
+
 /// A purge found through the stream does not know what is gone yet: ask.
 async fn with_what_is_purged(config: &Config, e: PipelineError) -> PipelineError {
     let PipelineError::Source(SourceError::Purged { needed, missing }) = e else {
@@ -193,6 +227,9 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let sink = sink.as_ref();
     let sink_ready = phases.elapsed();
     let checkpoint = resume::start_position(config, store, &mut conn, flavor, sink).await?;
+    // After the start position (and, exactly-once, the fence): the parked set read now
+    // covers every position this run may resume from.
+    let parking = parked_set(config, sink_kind, metrics).await?;
     let positioned = phases.elapsed();
     metrics.set_checkpoint(&checkpoint);
     let resume = source::ResumeAt {
@@ -243,7 +280,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     };
     let stop_reading = shutdown.child_token();
     let reader_task = tokio::spawn(read::read_loop(
-        InvalidPolicy::of(config),
+        InvalidPolicy::of(config).with_parking(parking),
         reader,
         mapper,
         router,

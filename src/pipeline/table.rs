@@ -88,7 +88,7 @@ pub(crate) async fn republish(
     let metrics = Metrics::default();
     let (mapper, router) = super::read::stages(config).await?;
     let router = router.with_header(rows.header.clone());
-    let policy = InvalidPolicy::of(config);
+    let mut policy = InvalidPolicy::of(config);
     let order_by: Vec<String> = if !config.source.snapshot_order_by.is_empty() {
         config.source.snapshot_order_by.clone()
     } else {

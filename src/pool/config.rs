@@ -318,6 +318,10 @@ fn load_source(pool: &PoolFile, path: &Path) -> Result<PoolSource, ConfigError> 
 /// Two sources must never share what identifies a stream's progress, nor a replica's
 /// place on one server (one `server_id` on one server: each connection evicts the
 /// other's, forever). Every source of a clashing pair is named, with why.
+fn parks(config: &crate::config::Config) -> bool {
+    config.outbox.on_invalid == crate::outbox::OnInvalid::Park
+}
+
 fn conflicts(sources: &[PoolSource]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
     for (i, a) in sources.iter().enumerate() {
@@ -327,6 +331,9 @@ fn conflicts(sources: &[PoolSource]) -> Vec<(String, String)> {
                 "delivery.transactional_id".to_string()
             } else if ca.checkpoint.dir == cb.checkpoint.dir {
                 "checkpoint.dir".to_string()
+            } else if parks(ca) && parks(cb) && ca.outbox.parking.topic == cb.outbox.parking.topic {
+                // The topic is the set of a source's parked aggregates.
+                format!("outbox.parking.topic ({})", ca.outbox.parking.topic)
             } else if (&ca.source.host, ca.source.port, ca.source.server_id)
                 == (&cb.source.host, cb.source.port, cb.source.server_id)
             {
@@ -422,6 +429,21 @@ transactional_id = "TXID"
                 vec![("a", source(1, "same")), ("b", source(2, "same"))],
                 vec!["a", "b"],
                 "delivery.transactional_id",
+            ),
+            (
+                // The parking topic is a source's set of parked aggregates.
+                vec![
+                    (
+                        "a",
+                        source(1, "a").replace("[outbox]", "[outbox]\non_invalid = \"park\""),
+                    ),
+                    (
+                        "b",
+                        source(2, "b").replace("[outbox]", "[outbox]\non_invalid = \"park\""),
+                    ),
+                ],
+                vec!["a", "b"],
+                "outbox.parking.topic (outbox.parked)",
             ),
             (
                 // One server, one replica id: each connection would evict the other's.

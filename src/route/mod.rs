@@ -6,6 +6,7 @@
 
 mod config;
 mod encode;
+pub mod parking;
 
 pub use config::RouteConfig;
 pub use encode::{
@@ -17,7 +18,9 @@ use encode::JsonValues;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::outbox::{EventId, InvalidEvent, MappedTransaction, OutboxEvent, RowCopy, Rules};
+use crate::outbox::{
+    Aggregate, EventId, InvalidEvent, MappedTransaction, OutboxEvent, RowCopy, Rules,
+};
 use crate::position::Position;
 
 /// A record ready for a sink.
@@ -63,6 +66,28 @@ pub struct EventRef {
     pub position: String,
     /// Event id.
     pub id: crate::outbox::EventId,
+    /// The route value (aggregate type) of an outbox event; `None` for the router's own
+    /// records (dead letters, audit entries).
+    pub aggregate_type: Option<String>,
+}
+
+impl Record {
+    /// Whether it carries an event of `aggregate`.
+    pub fn is_of(&self, aggregate: &Aggregate) -> bool {
+        self.key == aggregate.id
+            && self.event.aggregate_type == aggregate.aggregate_type
+            && self.event.table == aggregate.table
+    }
+}
+
+/// An event that cannot be a record, and where it stood: a policy that keeps order
+/// (parking) puts it back between the records of its transaction.
+#[derive(Debug)]
+pub struct InvalidAt {
+    /// How many of the batch's records came before it.
+    pub records_before: usize,
+    /// The event and what is wrong with it.
+    pub event: InvalidEvent,
 }
 
 /// A transaction's records and the position that is safe once all are acknowledged.
@@ -76,8 +101,8 @@ pub struct Batch {
     pub commit_time_ms: i64,
     /// Records in commit order.
     pub records: Vec<Record>,
-    /// Events that cannot be records, for the `on_invalid` policy.
-    pub invalid: Vec<InvalidEvent>,
+    /// Events that cannot be records, in commit order, for the `on_invalid` policy.
+    pub invalid: Vec<InvalidAt>,
     /// When the transaction was routed, for the pipeline's stage timings.
     pub routed_at: std::time::Instant,
     /// False for a streamed part of a larger transaction: the checkpoint may not move
@@ -167,13 +192,20 @@ impl Router {
     /// transaction's invalid rows. Fails only when the schema registry does.
     pub fn route(&self, txn: MappedTransaction) -> Result<Batch, RegistryError> {
         let commit = txn.commit_time_ms;
-        let mut invalid = txn.invalid;
+        let mut invalid = Vec::new();
         let mut records = Vec::with_capacity(txn.events.len());
         let mut topics = self.topics.lock().unwrap_or_else(|e| e.into_inner());
         for e in txn.events {
-            match self.record(e, commit, &mut topics)? {
+            let routed = match e {
+                Ok(e) => self.record(e, commit, &mut topics)?,
+                Err(bad) => Err(bad),
+            };
+            match routed {
                 Ok(r) => records.push(r),
-                Err(e) => invalid.push(e),
+                Err(event) => invalid.push(InvalidAt {
+                    records_before: records.len(),
+                    event,
+                }),
             }
         }
         Ok(Batch {
@@ -224,6 +256,7 @@ impl Router {
                 table: bad.table.clone(),
                 position: bad.position.clone(),
                 id: event_id,
+                aggregate_type: None,
             },
             claim_check,
         }
@@ -297,6 +330,7 @@ impl Router {
                 table: e.table,
                 position: e.position,
                 id: e.id,
+                aggregate_type: Some(e.route_value),
             },
             claim_check,
         }))
@@ -383,6 +417,7 @@ mod tests {
             event_id: Some(id),
             reason: "bad".into(),
             row: serde_json::Value::Null,
+            aggregate: None,
         };
         let dead = router.dead_letter("dlq", &bad, 0);
         assert_eq!(

@@ -26,6 +26,7 @@ mod managed;
 mod monitoring;
 mod ops;
 mod outage;
+mod parking;
 mod pool;
 mod rows;
 mod secured_kafka;

@@ -102,7 +102,7 @@ catalog! {
     deliveries_unproven: Counter => Counter "deliveries_unproven" [];
     /// Outbox rows ignored, by reason (update, delete)
     events_ignored: Family<Labels, Counter> => Counter "events_ignored" ["reason"];
-    /// Outbox rows that could not be records, by policy (fail, dead-letter, skip)
+    /// Outbox rows that could not be records, by policy (fail, dead-letter, skip, park)
     events_invalid: Family<Labels, Counter> => Counter "events_invalid" ["policy"];
     /// Durable checkpoint writes
     checkpoint_writes: Counter => Counter "checkpoint_writes" [];
@@ -130,6 +130,12 @@ catalog! {
     delivery_errors: Family<Labels, Counter> => Counter "delivery_errors" ["code"];
     /// Invalid rows sent to a dead-letter topic, by topic
     dead_letters: Family<Labels, Counter> => Counter "dead_letters" ["topic"];
+    /// Aggregates held back on the parking topic (on_invalid = "park"), as this leader read them at its start and parked since
+    parked_aggregates: IntGauge => Gauge "parked_aggregates" [];
+    /// Events waiting on the parking topic
+    parked_events: IntGauge => Gauge "parked_events" [];
+    /// Seconds since the oldest parked event was written, 0 when nothing is parked
+    parked_oldest_seconds: IntGauge => Gauge "parked_oldest_seconds" [];
     /// Records read from the binlog and not yet acknowledged by Kafka, wherever they wait inside the router
     in_flight: IntGauge => Gauge "in_flight_records" [];
     /// How long undelivered records have waited without any acknowledgement (0: nothing waits)

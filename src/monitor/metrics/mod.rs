@@ -92,6 +92,8 @@ struct State {
     reader: Option<Position>,
     /// Leader, standby or single.
     role: RoleState,
+    /// When the oldest parked event was written (ms since epoch), if one is.
+    parked_since_ms: Option<i64>,
 }
 
 /// Shared metrics handle.
@@ -305,6 +307,20 @@ impl Metrics {
     /// The reader waited `secs` for room in the pipeline.
     pub fn reader_blocked(&self, secs: f64) {
         self.0.m.reader_blocked_seconds.inc_by(secs);
+    }
+    /// What is parked: aggregates, events, and when the oldest event was written.
+    pub fn set_parked(&self, aggregates: u64, events: u64, oldest_ms: Option<i64>) {
+        let m = &self.0.m;
+        m.parked_aggregates.set(aggregates as i64);
+        m.parked_events.set(events as i64);
+        self.0.state.lock().expect("metrics state").parked_since_ms = oldest_ms;
+        self.refresh_parked_age();
+    }
+    /// The oldest parked event's age as of now (each status observation calls it).
+    pub(crate) fn refresh_parked_age(&self) {
+        let since = self.0.state.lock().expect("metrics state").parked_since_ms;
+        let age = since.map_or(0, |ms| (crate::checkpoint::now_ms() - ms).max(0) / 1000);
+        self.0.m.parked_oldest_seconds.set(age);
     }
     /// Sets how many table patterns match no table.
     pub fn set_unmatched_patterns(&self, n: usize) {

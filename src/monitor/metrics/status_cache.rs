@@ -57,6 +57,7 @@ impl Metrics {
             i.m.checkpoint_age_seconds.set(age);
         }
         i.state.lock().expect("metrics state").status = Some(status.clone());
+        self.refresh_parked_age();
         self.send_router_state();
     }
     /// The gauges that are left out while unknown (see `ABSENT_WHILE_UNKNOWN`): lag

@@ -128,41 +128,47 @@ pub async fn reconcile(
     let header = config.route.event_id_header.as_bytes();
     let mut strangers: Vec<(u32, Vec<u8>)> = Vec::new();
     let topics = window.topics.clone();
-    let scanned = crate::kafka::scan(&config.kafka, &topics, scan_from_ms, |t, m| {
-        let t = t as u32;
-        let Some(id) = m
-            .headers()
-            .and_then(|h| h.iter().find(|h| h.key.as_bytes() == header))
-            .and_then(|h| h.value)
-        else {
-            return;
-        };
-        let key = m.key().unwrap_or_default();
-        match window.events.get_mut(&id_hash(id)) {
-            Some(e) => {
-                let same = e.topic == t
-                    && match e.dead_letter {
-                        false => e.fingerprint == fingerprint(key, m.payload()),
-                        true => e.key == fingerprint(key, None),
-                    };
-                if same {
-                    e.seen = e.seen.saturating_add(1);
-                } else {
-                    e.wrong = e.wrong.saturating_add(1);
+    let scanned = crate::kafka::scan(
+        &config.kafka,
+        "reconcile: records read from Kafka (of at most)",
+        &topics,
+        scan_from_ms,
+        |t, m| {
+            let t = t as u32;
+            let Some(id) = m
+                .headers()
+                .and_then(|h| h.iter().find(|h| h.key.as_bytes() == header))
+                .and_then(|h| h.value)
+            else {
+                return;
+            };
+            let key = m.key().unwrap_or_default();
+            match window.events.get_mut(&id_hash(id)) {
+                Some(e) => {
+                    let same = e.topic == t
+                        && match e.dead_letter {
+                            false => e.fingerprint == fingerprint(key, m.payload()),
+                            true => e.key == fingerprint(key, None),
+                        };
+                    if same {
+                        e.seen = e.seen.saturating_add(1);
+                    } else {
+                        e.wrong = e.wrong.saturating_add(1);
+                    }
+                }
+                None => {
+                    let in_window = m
+                        .timestamp()
+                        .to_millis()
+                        .is_some_and(|ts| (since_ms..until * 1000).contains(&ts));
+                    // By id range the window has no time: records outside it are other rows'.
+                    if in_window && opts.id_range.is_none() && strangers.len() < LISTED_IDS {
+                        strangers.push((t, id.to_vec()));
+                    }
                 }
             }
-            None => {
-                let in_window = m
-                    .timestamp()
-                    .to_millis()
-                    .is_some_and(|ts| (since_ms..until * 1000).contains(&ts));
-                // By id range the window has no time: records outside it are other rows'.
-                if in_window && opts.id_range.is_none() && strangers.len() < LISTED_IDS {
-                    strangers.push((t, id.to_vec()));
-                }
-            }
-        }
-    })
+        },
+    )
     .map_err(OpsError::Kafka)?;
     report.records_scanned = scanned.records;
 

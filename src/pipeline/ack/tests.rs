@@ -60,6 +60,7 @@ fn backlog_batch(offset: u64, records: usize, complete: bool) -> Batch {
                     table: table.clone(),
                     position: format!("mysql-bin.000001:{offset}"),
                     id: EventId(format!("{offset}-{i}").into_bytes()),
+                    aggregate_type: None,
                 },
                 claim_check: false,
             })
