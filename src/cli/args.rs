@@ -103,6 +103,12 @@ pub(crate) enum Command {
     /// event id: missing, duplicated, misrouted, not in the table. Exit 0 when nothing is
     /// missing or misrouted, 1 otherwise. MariaDB only.
     Reconcile(ReconcileArgs),
+    /// Ordered parking (outbox.on_invalid = "park"): list what is parked, show an
+    /// aggregate's parked events, release them once the cause is fixed, or drop them.
+    Parked {
+        #[command(subcommand)]
+        action: ParkedAction,
+    },
     /// List the audit trail: every replay and republish, who, when, why, how many.
     Audit {
         /// Print JSON lines (every entry, started and outcome).
@@ -283,6 +289,74 @@ fn parse_range(s: &str) -> Result<(String, String), String> {
     s.split_once("..")
         .map(|(l, h)| (l.to_string(), h.to_string()))
         .ok_or_else(|| format!("{s:?} is not a range: give LOW..HIGH"))
+}
+
+#[derive(Subcommand)]
+pub(crate) enum ParkedAction {
+    /// One line per parked aggregate: its events, the oldest one's age, why it is parked.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The parked events of aggregates, in their order.
+    Show {
+        #[command(flatten)]
+        which: AggregateArgs,
+        /// Print JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-publish the parked events of aggregates to their topics, in their original
+    /// order with their original ids (each row read again from its table: a fixed row
+    /// goes out fixed), then un-park them. Carried out by the source's leader between two
+    /// binlog transactions; audited. Exit 0 when released, 1 when refused or not answered
+    /// within --wait.
+    Release(ParkedRequestArgs),
+    /// Un-park aggregates without delivering their parked events (they stay on the
+    /// parking topic, never on their destinations). Carried out by the leader; audited.
+    Drop(ParkedRequestArgs),
+}
+
+/// Which parked aggregates a `parked` command names.
+#[derive(Args)]
+pub(crate) struct AggregateArgs {
+    /// Aggregate ids.
+    #[arg(required = true)]
+    pub(crate) ids: Vec<String>,
+    /// Only the aggregate of this type (when an id is parked under several).
+    #[arg(long)]
+    pub(crate) aggregate_type: Option<String>,
+    /// Only the aggregate of this outbox table (`db.table`).
+    #[arg(long)]
+    pub(crate) table: Option<String>,
+}
+
+/// A release's or drop's flags.
+#[derive(Args)]
+pub(crate) struct ParkedRequestArgs {
+    #[command(flatten)]
+    pub(crate) which: AggregateArgs,
+    /// Why: goes into the audit trail and the parking topic (required).
+    #[arg(long)]
+    pub(crate) reason: String,
+    /// Who asked [default: the OS user].
+    #[arg(long)]
+    pub(crate) by: Option<String>,
+    /// How long to wait for the leader's outcome: a duration (90s, 5m) or seconds; 0
+    /// returns once the request is written.
+    #[arg(long, default_value = "60s", value_parser = parse_wait)]
+    pub(crate) wait: std::time::Duration,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+fn parse_wait(s: &str) -> Result<std::time::Duration, String> {
+    match s.trim().parse::<u64>() {
+        Ok(secs) => Ok(std::time::Duration::from_secs(secs)),
+        Err(_) => crate::units::parse_duration(s),
+    }
 }
 
 /// `replay`'s flags: the selection (all given conditions hold), pace and audit.

@@ -7,6 +7,7 @@ mod docs;
 mod exit;
 mod health;
 mod import;
+mod parked;
 mod prune;
 mod reconcile;
 mod recover;
@@ -62,6 +63,7 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Prune(args) => prune::run(&config()?, args).await,
         Command::Replay(args) => replay::run(&config()?, args).await,
         Command::Audit { json } => audit::run(&config()?, json),
+        Command::Parked { action } => parked::run(&config()?, action).await,
         Command::Reconcile(args) => reconcile::run(&cli.config, config()?, args).await,
         Command::Checkpoint { action } => checkpoint::run(&config()?, action).await,
         Command::Health { ready } => health::run(&config()?, ready).await,

@@ -9,11 +9,13 @@
 //! - `prune`: delete outbox rows that are provably delivered, in small batches.
 //! - `replay`: publish chosen rows again with their event ids, throttled, audited.
 //! - `reconcile`: compare a window of rows with what the topics hold, by event id.
+//! - `parked`: what ordered parking holds back; an operator's release or drop.
 //! - `audit`: the trail of every replay.
 
 pub mod audit;
 pub mod checkpoint;
 pub mod import;
+pub mod parked;
 pub mod prune;
 pub mod reconcile;
 pub mod recover;
@@ -41,6 +43,16 @@ pub enum OpsError {
     Audit(#[from] audit::AuditError),
     #[error(transparent)]
     Pipeline(Box<crate::pipeline::PipelineError>),
+    #[error(transparent)]
+    Parking(#[from] crate::route::parking::ParkingError),
+    #[error("outbox.on_invalid is not \"park\": nothing is parked, and no leader would carry out a release or drop")]
+    ParkingOff,
+    #[error(
+        "aggregate {id:?} is not parked ({parked} aggregate(s) are: `outbox-router parked list`)"
+    )]
+    NotParked { id: String, parked: usize },
+    #[error("aggregate id {id:?} is parked in more than one table or type ({candidates}): add --aggregate-type and/or --table")]
+    AmbiguousAggregate { id: String, candidates: String },
     #[error("checkpoint move-topic: commit markers live on a checkpoint topic in exactly-once mode only; in at-least-once mode the store holds the position")]
     MoveTopicNeedsExactlyOnce,
     #[error("checkpoint move-topic: {topic} is delivery.checkpoint_topic already; --from names the topic the markers were on before it changed")]

@@ -15,3 +15,9 @@ pub use event::{Aggregate, EventId, InvalidEvent, OutboxEvent, RowCopy};
 pub use mapping::{Ignored, MappedTransaction, Mapper};
 pub use policy::OnInvalid;
 pub use rules::{parse_placements, Additional, OnUpdate, Placement, Rules};
+
+/// A column value as bytes (text as UTF-8, numbers as their text), `None` for NULL or a
+/// value that has none: how an event id read from a table compares with a parked one.
+pub fn column_bytes(value: &mysql_async::binlog::value::BinlogValue<'_>) -> Option<Vec<u8>> {
+    value::to_bytes(value).ok().flatten()
+}

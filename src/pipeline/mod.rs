@@ -10,8 +10,11 @@
 
 mod ack;
 mod error;
+mod handoff;
+mod invalid;
 mod preflight;
 mod read;
+mod release;
 mod resume;
 mod standby;
 mod supervise;
@@ -23,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 pub use error::PipelineError;
-pub(crate) use read::InvalidPolicy;
+pub(crate) use invalid::InvalidPolicy;
 pub use resume::{fleet_marker, init, record_operator_position, FirstStart, OperatorMove};
 pub use supervise::SinkKind;
 use supervise::{supervise, Ctx};

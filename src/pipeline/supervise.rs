@@ -8,7 +8,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use super::read::{self, InvalidPolicy};
+use super::read::{self, ReadStages};
+use super::release::{At, Releases};
+use super::InvalidPolicy;
 use super::{ack, preflight, resume, PipelineError};
 use crate::checkpoint::CheckpointStore;
 use crate::config::Config;
@@ -144,35 +146,68 @@ impl ConflictWindow {
 }
 
 /// With `on_invalid = "park"`, the fleet's parked aggregates: the parking topic made
-/// sure of (one partition, kept forever) and read to its end. A dry run parks in a set
-/// of its own, starting empty: it writes nothing the fleet reads.
+/// sure of (one partition, kept forever) and read to its end, and the offset requests
+/// are watched for from. A dry run parks in a set of its own, starting empty: it
+/// writes nothing the fleet reads, and carries out no request.
 async fn parked_set(
     config: &Config,
     sink_kind: SinkKind,
     metrics: &crate::monitor::Metrics,
-) -> Result<Option<Parking>, PipelineError> {
+) -> Result<Option<(Parking, Option<i64>)>, PipelineError> {
     if config.outbox.on_invalid != OnInvalid::Park {
         return Ok(None);
     }
     let parking = &config.outbox.parking;
     if sink_kind != SinkKind::Kafka {
         warn!(topic = %parking.topic, "dry run: parking starts from an empty set, not the parking topic's");
-        return Ok(Some(Parking::empty(parking)));
+        return Ok(Some((Parking::empty(parking), None)));
     }
     let read = Instant::now();
     crate::kafka::TopicCreator::new(&config.kafka)
         .and_then(|c| c.ensure_kept_forever(&parking.topic, "parking"))
         .map_err(crate::sink::SinkError::from)?;
     let (kafka, cfg) = (config.kafka.clone(), parking.clone());
-    let set = tokio::task::spawn_blocking(move || crate::route::parking::load(&kafka, &cfg))
-        .await
-        .map_err(|e| PipelineError::TaskFailed {
-            task: "parking",
-            reason: e.to_string(),
-        })??;
+    let (set, watch_from) =
+        tokio::task::spawn_blocking(move || crate::route::parking::load(&kafka, &cfg))
+            .await
+            .map_err(|e| PipelineError::TaskFailed {
+                task: "parking",
+                reason: e.to_string(),
+            })??;
     metrics.set_parked(set.aggregates(), set.events(), set.oldest_ms());
     info!(topic = %parking.topic, aggregates = set.aggregates(), events = set.events(), read_ms = read.elapsed().as_millis() as u64, "parked aggregates read back from the parking topic: their events keep going there, in order");
-    Ok(Some(set))
+    Ok(Some((set, Some(watch_from))))
+}
+
+/// Operators' parking requests for this run: those the last leader left open, then
+/// every new one as the parking topic's watcher sees it arrive.
+fn releases(
+    config: &Config,
+    set: &Parking,
+    watch_from: i64,
+    stop_reading: &CancellationToken,
+) -> Result<Releases, PipelineError> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    for request in set.pending() {
+        info!(request = %request.id, action = ?request.action, by = %request.by, "a parking request not carried out before: carried out now");
+        let _ = tx.send(request);
+    }
+    let watching = stop_reading.child_token();
+    crate::route::parking::watch(
+        &config.kafka,
+        &config.outbox.parking.topic,
+        watch_from,
+        tx,
+        watching.clone(),
+    );
+    Ok(Releases {
+        requests: rx,
+        kafka: config.kafka.clone(),
+        source: config.source.clone(),
+        event_id_column: config.rules().map_err(PipelineError::Rules)?.event_id,
+        exactly_once: config.delivery.exactly_once(),
+        _watching: watching.drop_guard(),
+    })
 }
 
 /// A purge found through the stream does not know what is gone yet: ask.
@@ -279,12 +314,30 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         _ => (rx, None),
     };
     let stop_reading = shutdown.child_token();
-    let reader_task = tokio::spawn(read::read_loop(
-        InvalidPolicy::of(config).with_parking(parking),
-        reader,
+    let (parking, releases) = match parking {
+        Some((set, Some(watch_from))) => {
+            let releases = releases(config, &set, watch_from, &stop_reading)?;
+            (Some(set), Some(releases))
+        }
+        Some((set, None)) => (Some(set), None),
+        None => (None, None),
+    };
+    let stages = ReadStages {
+        policy: InvalidPolicy::of(config).with_parking(parking),
         mapper,
         router,
-        read::Handoff { tx, budget },
+        handoff: super::handoff::Handoff { tx, budget },
+        releases,
+    };
+    let at = At {
+        end: checkpoint.position.clone(),
+        delivered_through: checkpoint.delivered_through.clone(),
+        between: true,
+    };
+    let reader_task = tokio::spawn(read::read_loop(
+        stages,
+        reader,
+        at,
         stop_reading.clone(),
         metrics.clone(),
     ));

@@ -108,6 +108,9 @@ pub struct Batch {
     /// False for a streamed part of a larger transaction: the checkpoint may not move
     /// past it, nor may a Kafka transaction commit after it.
     pub complete: bool,
+    /// Told once Kafka acknowledged every record of it (acknowledged, not committed:
+    /// what must follow a delivery in at-least-once mode waits on it).
+    pub settled: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// Turns events into records.
@@ -216,6 +219,7 @@ impl Router {
             invalid,
             routed_at: std::time::Instant::now(),
             complete: txn.complete,
+            settled: None,
         })
     }
 

@@ -10,7 +10,7 @@ use crate::position::Position;
 use crate::secret::{Secret, SecretError};
 
 /// Connection to the source server.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
     /// Host name or IP address.

@@ -26,7 +26,7 @@ pub use error::{Missing, SourceError};
 // The source's own vocabulary, for its modules (`super::Position`); other stages import
 // `crate::position`.
 use crate::position::{BinlogFile, GtidState, MariaGtid, Position, TableName};
-pub use reader::BinlogReader;
+pub use reader::{BinlogReader, Read};
 pub use row::{RowImage, Rows, TableLayout};
 pub use start::{open_stream, ResumeAt, Stream};
 pub use statement::{classify, statement_tables, Statement, Xid};

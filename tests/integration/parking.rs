@@ -335,3 +335,272 @@ async fn a_standby_taking_over_parks_what_the_leader_parked() {
     assert!(log.contains("parked aggregates read back"), "{log}");
     println!("parking standby takeover: events={total} parked={parked_events} lost=0 duplicates=0");
 }
+
+/// The bad rows fixed in the table (the router ignores UPDATEs on the outbox).
+async fn fix_bad_rows(db: &str, total: usize) {
+    let ids: Vec<String> = BAD
+        .iter()
+        .filter_map(|agg| bad_seq(*agg, total))
+        .map(|s| format!("'s-{s}'"))
+        .collect();
+    let mut conn = app_conn().await;
+    conn.query_drop(format!(
+        "UPDATE {db}.outbox SET event_type = 'OrderHappened' WHERE event_id IN ({})",
+        ids.join(",")
+    ))
+    .await
+    .unwrap();
+}
+
+fn bad_ids() -> Vec<String> {
+    BAD.iter().map(|a| format!("k-{a}")).collect()
+}
+
+/// Per aggregate, the destination's first occurrences are every event in commit order:
+/// those before the bad row, the released ones, then the later ones; returns the
+/// destination's duplicates.
+fn check_released(kafka: &Kafka, destination: &str, total: usize) -> usize {
+    let dest = kafka.read_all(&[destination.to_string()]);
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut duplicates = 0;
+    let mut by_agg: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut sorted: Vec<&Msg> = dest.iter().collect();
+    sorted.sort_by_key(|m| (m.partition, m.offset));
+    for m in sorted {
+        if !seen.insert(m.id()) {
+            duplicates += 1;
+            continue;
+        }
+        by_agg
+            .entry(seq_of(m) % AGGREGATES)
+            .or_default()
+            .push(seq_of(m));
+        // A released bad row went out as the table holds it now: fixed.
+        assert_eq!(
+            m.headers.get("ce_type").map(Vec::as_slice),
+            Some(&b"OrderHappened"[..]),
+            "{} on {destination}",
+            m.id()
+        );
+    }
+    for agg in 0..AGGREGATES {
+        let all: Vec<usize> = (agg..total).step_by(AGGREGATES).collect();
+        assert_eq!(
+            by_agg.get(&agg),
+            Some(&all),
+            "aggregate k-{agg} on {destination}"
+        );
+    }
+    duplicates
+}
+
+/// Release after the rows were fixed: each parked aggregate's events reach their topic
+/// in their original order, once, and the events written after the release follow them
+/// straight; `crash` kills the leader in the middle of the release (a failpoint), and
+/// the restarted one carries the open request out again.
+async fn release_case(name: &str, exactly_once: bool, crash: Option<&str>) {
+    let _settings = SERVER_SETTINGS.read().await;
+    let total = events_total();
+    let (mut conn, mut setup) = fresh(name).await;
+    allow_untyped(&mut conn, &setup.db).await;
+    let parked = parking(&mut setup);
+    if exactly_once {
+        setup.delivery(Some(&exactly_once_delivery(name, true)));
+    }
+    let destination = setup.topic("Order");
+    let topics = [destination.clone(), parked.clone()];
+    let kafka = Kafka::local();
+    let first_part = total - AGGREGATES;
+    let env: Vec<(&str, String)> = crash
+        .map(|point| ("FAILPOINTS", format!("{point}=return")))
+        .into_iter()
+        .collect();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut router = setup.start_router_env(&env);
+    write_events(&setup.db, 0, first_part, total).await;
+    wait_all(&kafka, &topics, first_part, &router);
+    fix_bad_rows(&setup.db, total).await;
+
+    let list = setup.cli(&["parked", "list", "--json"]);
+    assert!(
+        list.status.success(),
+        "{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    let listed: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), BAD.len(), "{listed}");
+
+    let ids = bad_ids();
+    let mut args = vec![
+        "parked",
+        "release",
+        "--reason",
+        "event_type fixed",
+        "--by",
+        "it",
+    ];
+    args.extend(ids.iter().map(String::as_str));
+    let wait = match crash {
+        Some(_) => "0",
+        None => "120",
+    };
+    args.extend(["--wait", wait, "--json"]);
+    let out = setup.cli(&args);
+    let answer = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{answer}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if let Some(point) = crash {
+        let status = router
+            .wait(Duration::from_secs(60))
+            .expect("the failpoint fired");
+        assert!(!status.success());
+        assert!(
+            router.log().contains(&format!("failpoint {point}")),
+            "{}",
+            router.log()
+        );
+        router = setup.start_router();
+    } else {
+        let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        let outcomes = v["outcomes"].as_array().unwrap();
+        assert_eq!(outcomes.len(), BAD.len(), "{v}");
+        assert!(outcomes.iter().all(|o| o["outcome"] == "released"), "{v}");
+    }
+    // Un-parked for every instance: the list is empty once the leader is done.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let list = setup.cli(&["parked", "list", "--json"]);
+        let listed: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+        if listed.as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still parked: {listed}\n{}",
+            router.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Later events of the released aggregates go straight to their topic, after them.
+    write_events(&setup.db, first_part, total, total).await;
+    let all = HashSet::<usize>::from_iter(0..total);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let on_dest: HashSet<usize> = kafka
+            .read_all(std::slice::from_ref(&destination))
+            .iter()
+            .map(seq_of)
+            .collect();
+        if on_dest == all {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {total} on {destination}:\n{}",
+            on_dest.len(),
+            router.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let gauges = parked_gauges(setup.monitor_port).await;
+    router.stop(Duration::from_secs(30));
+    let duplicates = check_released(&kafka, &destination, total);
+    if exactly_once {
+        assert_eq!(duplicates, 0, "read_committed duplicates on {destination}");
+    }
+    assert_eq!(
+        gauges,
+        (Some(0.0), Some(0.0)),
+        "parked gauges after the release"
+    );
+    let log = router.log();
+    assert!(log.contains("aggregate un-parked"), "{log}");
+    println!(
+        "parking release ({name}, crash {crash:?}): events={total} lost=0 duplicates={duplicates}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_delivers_the_parked_events_in_order_exactly_once() {
+    release_case("park_rel_eos", true, None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_at_least_once_keeps_order() {
+    release_case("park_rel_alo", false, None).await;
+}
+
+/// Killed after the released records were acknowledged, before the outcome: the
+/// restarted leader releases again (duplicates with the same ids, in order).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_killed_before_its_outcome_is_repeated_in_order() {
+    release_case(
+        "park_rel_kill_alo",
+        false,
+        Some("parking.release_before_outcome"),
+    )
+    .await;
+}
+
+/// Exactly-once, killed with the release handed to the producer: its Kafka transaction
+/// never commits; the next leader carries the request out, once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_killed_inside_its_transaction_is_carried_out_once() {
+    release_case("park_rel_kill_eos", true, Some("parking.release_handed_on")).await;
+}
+
+/// A release while the row is still bad is refused (exit 1, the reason named) and the
+/// aggregate stays parked; a drop un-parks it without delivering: its parked events
+/// never reach the topic, its later ones do. Both are in the audit trail.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unfixed_release_is_refused_and_a_drop_unparks_without_delivering() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let total = 4 * AGGREGATES;
+    let (mut conn, mut setup) = fresh("park_refuse").await;
+    allow_untyped(&mut conn, &setup.db).await;
+    let parked = parking(&mut setup);
+    let destination = setup.topic("Order");
+    let kafka = Kafka::local();
+    let mut router = setup.start_router();
+    let first_part = total - AGGREGATES;
+    write_events(&setup.db, 0, first_part, total).await;
+    wait_all(&kafka, &[destination.clone(), parked.clone()], first_part, &router);
+
+    let out = setup.cli(&["parked", "release", "k-3", "--reason", "try", "--wait", "60"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("refused") && text.contains("CloudEvent needs a type"), "{text}");
+    let out = setup.cli(&["parked", "release", "k-4", "--reason", "typo", "--wait", "5"]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success() && err.contains("\"k-4\" is not parked"), "{err}");
+
+    let out = setup.cli(&["parked", "drop", "k-3", "--reason", "test data", "--by", "it"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success() && text.contains("dropped"), "{text}");
+    let list = setup.cli(&["parked", "list", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), BAD.len() - 1, "{listed}");
+    assert!(!listed.to_string().contains("\"k-3\""), "{listed}");
+
+    write_events(&setup.db, first_part, total, total).await;
+    wait_all(&kafka, &[destination.clone(), parked.clone()], total, &router);
+    router.stop(Duration::from_secs(30));
+    let on_dest: Vec<usize> = kafka
+        .read_all(std::slice::from_ref(&destination))
+        .iter()
+        .map(seq_of)
+        .filter(|s| s % AGGREGATES == 3)
+        .collect();
+    let bad = bad_seq(3, total).unwrap();
+    let expected: Vec<usize> = (3..total)
+        .step_by(AGGREGATES)
+        .filter(|s| *s < bad || *s >= first_part)
+        .collect();
+    assert_eq!(on_dest, expected, "k-3: before its bad row, then after the drop");
+    let audit = setup.cli(&["audit", "--json"]);
+    let audit = String::from_utf8_lossy(&audit.stdout).to_string();
+    assert!(audit.contains("parked drop") && audit.contains("parked release"), "{audit}");
+}

@@ -85,6 +85,7 @@ impl InFlight {
             batch.routed_at,
             batch.complete,
         );
+        let settled_tx = batch.settled;
         let topics = topics_of(&batch.records);
         let delivery = sink.send(batch.records).await?;
         crash_point!("sink.after_send_before_ack");
@@ -96,13 +97,17 @@ impl InFlight {
         self.held.records += held.records;
         self.held.bytes += held.bytes;
         self.deliveries.push_back(Box::pin(async move {
+            let delivery = delivery.await;
+            if let (Ok(_), Some(tx)) = (&delivery, settled_tx) {
+                let _ = tx.send(());
+            }
             let settled = Settled {
                 end,
                 delivered_through,
                 commit_time_ms,
                 complete,
                 sent_at,
-                delivery: delivery.await,
+                delivery,
             };
             (settled, held)
         }));

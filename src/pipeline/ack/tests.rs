@@ -66,6 +66,7 @@ fn backlog_batch(offset: u64, records: usize, complete: bool) -> Batch {
             })
             .collect(),
         invalid: Vec::new(),
+        settled: None,
         routed_at: Instant::now(),
         complete,
     }

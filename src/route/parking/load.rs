@@ -1,44 +1,93 @@
-//! The fleet's set of parked aggregates, read back from the parking topic: every
-//! record from the first, as a `read_committed` consumer sees them (an aborted
-//! transaction's parked events were never parked).
+//! The parking topic read back: every record from the first, as a `read_committed`
+//! consumer sees them (an aborted transaction's parked events were never parked).
 
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 
-use super::{Parked, Parking, ParkingError};
+use super::record::Entry;
+use super::{Parking, ParkingError};
 use crate::kafka::{KafkaConfig, TopicCreator};
 use crate::outbox::ParkingConfig;
 
-/// Every record of the parking topic, in order; `[]` when the topic does not exist.
-pub fn read_all(kafka: &KafkaConfig, topic: &str) -> Result<Vec<Parked>, ParkingError> {
-    let read_failed = |reason: String| ParkingError::Read {
-        topic: topic.to_string(),
-        reason,
-    };
-    if !TopicCreator::exists(kafka, topic).map_err(|e| read_failed(e.to_string()))? {
-        return Ok(Vec::new());
-    }
-    let mut out = Vec::new();
-    let mut unreadable = None;
-    crate::kafka::scan(
-        kafka,
-        "parked events: records read back (of at most)",
-        &[topic.to_string()],
-        0,
-        |_, m| {
-            if unreadable.is_some() {
-                return;
-            }
-            let headers: Vec<(String, Vec<u8>)> = m
+/// A record of the parking topic as Kafka holds it, for a release that re-publishes a
+/// parked copy.
+#[derive(Debug, Clone)]
+pub struct RawRecord {
+    /// Its key (the aggregate id).
+    pub key: Vec<u8>,
+    /// Its value.
+    pub value: Option<Vec<u8>>,
+    /// Its headers, in order.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// Its timestamp (ms since epoch).
+    pub timestamp_ms: i64,
+}
+
+impl RawRecord {
+    fn of(m: &BorrowedMessage<'_>) -> Self {
+        Self {
+            key: m.key().unwrap_or_default().to_vec(),
+            value: m.payload().map(<[u8]>::to_vec),
+            headers: m
                 .headers()
                 .map(|h| {
                     h.iter()
                         .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
                         .collect()
                 })
-                .unwrap_or_default();
-            let timestamp = m.timestamp().to_millis().unwrap_or_default();
-            match Parked::read(m.key(), &headers, timestamp, m.offset()) {
-                Ok(p) => out.push(p),
+                .unwrap_or_default(),
+            timestamp_ms: m.timestamp().to_millis().unwrap_or_default(),
+        }
+    }
+}
+
+/// The parking topic as read back.
+#[derive(Debug, Default)]
+pub struct ReadBack {
+    /// Every entry in order, with its whole record where the reader asked for it.
+    pub entries: Vec<(Entry, Option<RawRecord>)>,
+    /// The offset after the last record read: where to read on from.
+    pub next: i64,
+}
+
+/// Every entry of the parking topic, in order, with the whole record of those `keep`
+/// asks for; nothing when the topic does not exist.
+pub fn read_all(
+    kafka: &KafkaConfig,
+    topic: &str,
+    mut keep: impl FnMut(&Entry) -> bool,
+) -> Result<ReadBack, ParkingError> {
+    let read_failed = |reason: String| ParkingError::Read {
+        topic: topic.to_string(),
+        reason,
+    };
+    if !TopicCreator::exists(kafka, topic).map_err(|e| read_failed(e.to_string()))? {
+        return Ok(ReadBack::default());
+    }
+    let mut out = Vec::new();
+    let mut next = 0;
+    let mut unreadable = None;
+    crate::kafka::scan(
+        kafka,
+        "parking topic: records read back (of at most)",
+        &[topic.to_string()],
+        0,
+        |_, m| {
+            if unreadable.is_some() {
+                return;
+            }
+            let raw = RawRecord::of(m);
+            next = next.max(m.offset() + 1);
+            match Entry::read(
+                Some(&raw.key),
+                raw.value.as_deref(),
+                &raw.headers,
+                raw.timestamp_ms,
+                m.offset(),
+            ) {
+                Ok(entry) => {
+                    let kept = keep(&entry).then_some(raw);
+                    out.push((entry, kept));
+                }
                 Err(why) => unreadable = Some((m.offset(), why)),
             }
         },
@@ -51,14 +100,16 @@ pub fn read_all(kafka: &KafkaConfig, topic: &str) -> Result<Vec<Parked>, Parking
             why,
         });
     }
-    Ok(out)
+    Ok(ReadBack { entries: out, next })
 }
 
-/// The set of parked aggregates as the parking topic records it.
-pub fn load(kafka: &KafkaConfig, config: &ParkingConfig) -> Result<Parking, ParkingError> {
+/// The set of parked aggregates as the parking topic records it, the requests not yet
+/// answered, and the offset to watch for new requests from.
+pub fn load(kafka: &KafkaConfig, config: &ParkingConfig) -> Result<(Parking, i64), ParkingError> {
     let mut parking = Parking::empty(config);
-    for parked in read_all(kafka, &config.topic)? {
-        parking.restore(&parked);
+    let read = read_all(kafka, &config.topic, |_| false)?;
+    for (entry, _) in &read.entries {
+        parking.take_in(entry);
     }
-    Ok(parking)
+    Ok((parking, read.next))
 }

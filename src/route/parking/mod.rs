@@ -14,17 +14,22 @@
 
 mod load;
 mod record;
+mod release;
+mod watch;
 
-pub use load::{load, read_all};
-pub use record::{Kind, Parked};
+pub use load::{load, read_all, RawRecord, ReadBack};
+pub use record::{request_headers, Action, AggregateName, Entry, Kind, Outcome, Parked, Request};
+pub use release::{outcome_record, release_records, ParkedCopy};
+pub use watch::watch;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use tracing::warn;
 
 use super::{Batch, InvalidAt, Record, Router};
 use crate::outbox::{Aggregate, InvalidEvent, ParkingConfig};
+use crate::position::Position;
 use record::Labels;
 
 /// Why parking cannot go on: the router stops, its checkpoint before the transaction.
@@ -82,6 +87,13 @@ pub struct Parking {
     held: HashMap<Vec<u8>, Vec<Held>>,
     aggregates: u64,
     events: u64,
+    /// Where each aggregate released or dropped before was settled: an event of it read
+    /// again from before there (at-least-once resumes behind its last checkpoint) was
+    /// settled by the release, and is not parked again.
+    settled: HashMap<Aggregate, Position>,
+    /// Requests read back at the start, and which of their aggregates were answered.
+    requests: Vec<Request>,
+    answered: HashSet<(String, Aggregate)>,
 }
 
 impl Parking {
@@ -94,7 +106,59 @@ impl Parking {
             held: HashMap::new(),
             aggregates: 0,
             events: 0,
+            settled: HashMap::new(),
+            requests: Vec::new(),
+            answered: HashSet::new(),
         }
+    }
+
+    /// The parked aggregate `name` names, if it is parked.
+    pub fn find(&self, name: &AggregateName) -> Option<&Held> {
+        self.held
+            .get(name.id.as_bytes())?
+            .iter()
+            .find(|h| name.names(&h.aggregate))
+    }
+
+    /// Un-parks `aggregate`, settled at `at` (a release or a drop took effect there);
+    /// what it held.
+    pub fn unpark(&mut self, aggregate: &Aggregate, at: Option<Position>) -> Option<Held> {
+        let same = self.held.get_mut(&aggregate.id)?;
+        let i = same.iter().position(|h| &h.aggregate == aggregate)?;
+        let held = same.remove(i);
+        if same.is_empty() {
+            self.held.remove(&aggregate.id);
+        }
+        self.aggregates -= 1;
+        self.events -= held.events;
+        if let Some(at) = at {
+            self.settled.insert(aggregate.clone(), at);
+        }
+        Some(held)
+    }
+
+    /// Requests read back at the start that name an aggregate still parked and not
+    /// answered for it: the previous leader stopped before it carried them out.
+    pub fn pending(&self) -> Vec<Request> {
+        self.requests
+            .iter()
+            .filter_map(|r| {
+                let open: Vec<AggregateName> = r
+                    .aggregates
+                    .iter()
+                    .filter(|name| {
+                        self.find(name).is_some_and(|h| {
+                            !self.answered.contains(&(r.id.clone(), h.aggregate.clone()))
+                        })
+                    })
+                    .cloned()
+                    .collect();
+                (!open.is_empty()).then(|| Request {
+                    aggregates: open,
+                    ..r.clone()
+                })
+            })
+            .collect()
     }
 
     /// The parking topic.
@@ -130,12 +194,13 @@ impl Parking {
             return Ok(());
         }
         let commit_time_ms = batch.commit_time_ms;
+        let end = batch.end.clone();
         let records = std::mem::take(&mut batch.records);
         let mut invalid = std::mem::take(&mut batch.invalid).into_iter().peekable();
         let mut out = Vec::with_capacity(records.len() + invalid.len());
         for (i, record) in records.into_iter().enumerate() {
             while let Some(InvalidAt { event, .. }) = invalid.next_if(|b| b.records_before <= i) {
-                out.push(self.park_invalid(router, event, commit_time_ms)?);
+                out.extend(self.park_invalid(router, event, commit_time_ms, &end)?);
             }
             match self.first_event_of(&record) {
                 Some(first) => {
@@ -146,7 +211,7 @@ impl Parking {
             }
         }
         for InvalidAt { event, .. } in invalid {
-            out.push(self.park_invalid(router, event, commit_time_ms)?);
+            out.extend(self.park_invalid(router, event, commit_time_ms, &end)?);
         }
         batch.records = out;
         Ok(())
@@ -168,7 +233,8 @@ impl Parking {
         router: &Router,
         bad: InvalidEvent,
         commit_time_ms: i64,
-    ) -> Result<Record, ParkingError> {
+        end: &Position,
+    ) -> Result<Option<Record>, ParkingError> {
         let Some(aggregate) = bad.aggregate.as_deref().cloned() else {
             return Err(ParkingError::NoAggregate(Box::new(bad)));
         };
@@ -181,6 +247,10 @@ impl Parking {
             .get(&aggregate.id)
             .is_some_and(|same| same.iter().any(|h| h.aggregate == aggregate));
         if !known {
+            if let Some(at) = self.settled_before(&aggregate, end) {
+                warn!(error = %bad, %aggregate, released_or_dropped_at = %at, "invalid event read again from before its aggregate was released or dropped: that settled it, so it is not parked again");
+                return Ok(None);
+            }
             if self.aggregates >= self.max_aggregates {
                 return Err(ParkingError::Full {
                     what: "aggregates",
@@ -218,7 +288,16 @@ impl Parking {
             destination: None,
         };
         record.headers = router.headers(bad.event_id.as_ref(), labels.headers());
-        Ok(record)
+        Ok(Some(record))
+    }
+
+    /// Where `aggregate` was released or dropped, when that covers a transaction ending
+    /// at `end` (positions that cannot be compared cover nothing: parked again, to be
+    /// released again, rather than passed).
+    fn settled_before(&self, aggregate: &Aggregate, end: &Position) -> Option<&Position> {
+        self.settled
+            .get(aggregate)
+            .filter(|at| at.includes(end) == Some(true))
     }
 
     /// `record`, diverted to the parking topic with where it was going.
@@ -278,8 +357,24 @@ impl Parking {
         Ok(())
     }
 
-    /// Adds a record read back from the parking topic (`load`).
-    fn restore(&mut self, parked: &Parked) {
+    /// Takes in a record read back from the parking topic, in topic order (`load`, and
+    /// the `parked` commands).
+    pub fn take_in(&mut self, entry: &Entry) {
+        match entry {
+            Entry::Event(parked) => self.restore_event(parked),
+            Entry::Request(request) => self.requests.push(request.clone()),
+            Entry::Outcome(outcome) => {
+                if matches!(outcome.kind, Kind::Released | Kind::Dropped) {
+                    let at = outcome.position.parse().ok();
+                    self.unpark(&outcome.aggregate, at);
+                }
+                self.answered
+                    .insert((outcome.request.clone(), outcome.aggregate.clone()));
+            }
+        }
+    }
+
+    fn restore_event(&mut self, parked: &Parked) {
         let same = self.held.entry(parked.aggregate.id.clone()).or_default();
         match same.iter_mut().find(|h| h.aggregate == parked.aggregate) {
             Some(h) => h.events += 1,

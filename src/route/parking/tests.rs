@@ -84,12 +84,12 @@ fn a_bad_event_holds_back_its_aggregate_in_order_and_nothing_else() {
     assert_eq!((parking.aggregates(), parking.events()), (1, 2));
     // The parked copies say whose they are and where the held one was going, keyed by
     // the aggregate; the event's own id header comes first.
-    let held = Parked::read(Some(&b.records[3].key), &b.records[3].headers, 0, 0).unwrap();
+    let held = parked(&b.records[3]);
     assert_eq!(held.kind, Kind::Held);
     assert_eq!(held.topic.as_deref(), Some("t.Order"));
     assert_eq!(held.aggregate.id, b"A");
     assert_eq!(b.records[3].headers[0], ("id".to_string(), b"a3".to_vec()));
-    let first = Parked::read(Some(&b.records[2].key), &b.records[2].headers, 0, 0).unwrap();
+    let first = parked(&b.records[2]);
     assert_eq!(first.kind, Kind::Invalid);
     assert_eq!(first.reason, "payload is not JSON");
 
@@ -163,14 +163,9 @@ fn a_restored_set_parks_from_the_first_event() {
     let mut first = Parking::empty(&config(10, 100));
     let mut b = batch(&router, vec![Err(bad(Some("A"), "a1"))]);
     first.divert(&router, &mut b).unwrap();
-    let read: Vec<Parked> = b
-        .records
-        .iter()
-        .map(|r| Parked::read(Some(&r.key), &r.headers, r.timestamp_ms, 0).unwrap())
-        .collect();
     let mut again = Parking::empty(&config(10, 100));
-    for p in &read {
-        again.restore(p);
+    for r in &b.records {
+        again.take_in(&Entry::Event(parked(r)));
     }
     let mut next = batch(&router, vec![Ok(event("A", "a2")), Ok(event("B", "b1"))]);
     again.divert(&router, &mut next).unwrap();
@@ -180,4 +175,17 @@ fn a_restored_set_parks_from_the_first_event() {
         .collect();
     assert_eq!(ids, ["parked:a2", "t.Order:b1"]);
     assert_eq!((again.aggregates(), again.events()), (1, 2));
+}
+
+fn parked(r: &Record) -> Parked {
+    match Entry::read(
+        Some(&r.key),
+        r.value.as_deref(),
+        &r.headers,
+        r.timestamp_ms,
+        0,
+    ) {
+        Ok(Entry::Event(p)) => p,
+        other => panic!("not a parked event: {other:?}"),
+    }
 }

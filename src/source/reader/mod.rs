@@ -28,6 +28,18 @@ use events::{EventSource, Opened};
 use group::Group;
 use tables::{Mapped, TableMaps};
 
+/// A server heartbeat (`HEARTBEAT_LOG_EVENT`, the same number in MySQL and MariaDB).
+const HEARTBEAT: u8 = EventType::HEARTBEAT_EVENT as u8;
+
+/// What a read of the stream brought.
+#[derive(Debug)]
+pub enum Read {
+    /// A committed transaction (or a part of a large one).
+    Transaction(Transaction),
+    /// A heartbeat between transactions: the server has nothing more now.
+    Idle,
+}
+
 /// Reads committed transactions from a binlog stream.
 pub struct BinlogReader {
     stream: EventSource,
@@ -164,6 +176,17 @@ impl BinlogReader {
     /// Waits for the next committed transaction.
     pub async fn next_transaction(&mut self) -> Result<Transaction, SourceError> {
         loop {
+            if let Read::Transaction(txn) = self.next_read().await? {
+                return Ok(txn);
+            }
+        }
+    }
+
+    /// Waits for the next committed transaction, or a server heartbeat between
+    /// transactions: a quiet server's word that nothing is pending, when work that must
+    /// happen between transactions (an operator's request) can be done.
+    pub async fn next_read(&mut self) -> Result<Read, SourceError> {
+        loop {
             let next = tokio::time::timeout(self.read_timeout, self.stream.next(&self.at)).await;
             let item = match next {
                 Err(_) => {
@@ -180,7 +203,13 @@ impl BinlogReader {
                 Ok(Some(item)) => item?,
             };
             let done = match item {
-                BinlogItem::Event(event) => self.handle(event)?,
+                BinlogItem::Event(event) => {
+                    let heartbeat = event.header().event_type_raw() == HEARTBEAT;
+                    match self.handle(event)? {
+                        None if heartbeat && self.between_transactions() => return Ok(Read::Idle),
+                        done => done,
+                    }
+                }
                 BinlogItem::NewFile(file) => {
                     self.new_file(file)?;
                     None
@@ -191,9 +220,14 @@ impl BinlogReader {
                 }
             };
             if let Some(txn) = done {
-                return Ok(txn);
+                return Ok(Read::Transaction(txn));
             }
         }
+    }
+
+    /// No transaction is open and nothing of one is held.
+    fn between_transactions(&self) -> bool {
+        !self.boundaries.in_group() && self.group.changes.is_empty()
     }
 
     /// An archived file begins: files end between transactions, so the position moves
