@@ -26,11 +26,14 @@ pub(super) async fn run(config: &Config, args: PruneArgs) -> Result<ExitCode> {
     };
     let stop = CancellationToken::new();
     super::run::cancel_on_signal(stop.clone());
+    let event_id = config.rules().map_err(anyhow::Error::msg)?.event_id;
     let sections = PruneSections {
         source: &config.source,
         outbox: &config.outbox,
         checkpoint: &config.checkpoint,
         ops: &config.ops,
+        kafka: &config.kafka,
+        event_id_column: &event_id,
     };
     let report = prune(sections, &opts, &stop).await?;
     if args.json {
@@ -48,8 +51,12 @@ pub(super) async fn run(config: &Config, args: PruneArgs) -> Result<ExitCode> {
         } else {
             String::new()
         };
+        let parked = match t.parked_kept {
+            0 => String::new(),
+            n => format!(", {n} parked row(s) kept (a release reads them again)"),
+        };
         println!(
-            "{}: {verb} {} row(s) in {} batch(es){archived}",
+            "{}: {verb} {} row(s) in {} batch(es){archived}{parked}",
             t.table, t.rows, t.batches
         );
     }

@@ -14,7 +14,7 @@ use super::OpsError;
 use crate::config::Config;
 use crate::outbox::OnInvalid;
 use crate::route::parking::{
-    read_all, request_headers, Action, AggregateName, Entry, Kind, Parked, Request,
+    read_all, request_headers, Action, AggregateName, Entry, Parked, Request,
 };
 
 /// One parked aggregate, as `parked list` shows it.
@@ -115,17 +115,12 @@ impl Which {
 pub fn show(config: &Config, which: &Which) -> Result<Vec<Parked>, OpsError> {
     let names = which.resolve(&list(config)?)?;
     let read = read_all(&config.kafka, &config.outbox.parking.topic, |_| false)?;
-    let mut out: Vec<Parked> = Vec::new();
-    for (entry, _) in read.entries {
-        match entry {
-            Entry::Event(p) if names.iter().any(|n| n.names(&p.aggregate)) => out.push(p),
-            Entry::Outcome(o) if matches!(o.kind, Kind::Released | Kind::Dropped) => {
-                out.retain(|p| p.aggregate != o.aggregate)
-            }
-            _ => {}
-        }
-    }
-    Ok(out)
+    Ok(read
+        .parked_now()
+        .into_iter()
+        .filter(|p| names.iter().any(|n| n.names(&p.aggregate)))
+        .cloned()
+        .collect())
 }
 
 /// What became of a request, per aggregate.

@@ -62,6 +62,8 @@ pub struct TablePruned {
     pub batches: u64,
     /// Rows copied into the archive table.
     pub archived: u64,
+    /// Rows old enough but kept because their events are parked.
+    pub parked_kept: u64,
 }
 
 /// What `prune` did, per table; `stopped` when a signal ended it early.
@@ -101,6 +103,10 @@ pub struct PruneSections<'a> {
     pub checkpoint: &'a CheckpointConfig,
     /// Prune's user and password.
     pub ops: &'a OpsConfig,
+    /// Where the parking topic is read (`on_invalid = "park"`: a parked row is kept).
+    pub kafka: &'a crate::kafka::KafkaConfig,
+    /// The event id column (a parked event is known by its id).
+    pub event_id_column: &'a str,
 }
 
 /// Deletes provably delivered rows from every outbox table; see the module doc.
@@ -114,7 +120,12 @@ pub async fn prune(
         outbox,
         checkpoint,
         ops,
+        kafka,
+        event_id_column,
     } = sections;
+    // Parked rows are kept: a release reads them again (a fixed row goes out fixed).
+    let parking = (outbox.on_invalid == crate::outbox::OnInvalid::Park)
+        .then_some((kafka, outbox.parking.topic.as_str()));
     let user = ops.user.as_deref().ok_or(OpsError::NoPruneUser)?;
     let mut conn = source::connect_as(source, user, ops.password()?).await?;
     server::require_mariadb(&mut conn, server::SnapshotFeature::Prune).await?;
@@ -129,6 +140,8 @@ pub async fn prune(
             opts,
             table: &table,
             pk: &pk,
+            event_id: event_id_column,
+            parking,
             done: TablePruned {
                 table: table.to_string(),
                 ..Default::default()
@@ -181,6 +194,10 @@ struct TablePruner<'a> {
     opts: &'a PruneOptions,
     table: &'a TableName,
     pk: &'a str,
+    /// The event id column.
+    event_id: &'a str,
+    /// The parking topic to keep parked rows by, when parking is on.
+    parking: Option<(&'a crate::kafka::KafkaConfig, &'a str)>,
     done: TablePruned,
     /// Rows deleted (or, in a dry run, that would be), as they go.
     progress: CommandProgress,
@@ -200,14 +217,17 @@ impl TablePruner<'_> {
             let checkpoint = self.checkpoint()?;
             let cutoff_secs = self.cutoff_secs(conn, &checkpoint).await?;
             let limit = batch.saturating_mul(BATCHES_PER_ROUND);
-            let (snapshot, keys) = self
+            let (snapshot, rows) = self
                 .select_keys(conn, cutoff_secs, after.as_ref(), limit)
                 .await?;
-            let Some(last) = keys.last().cloned() else {
+            let Some(last) = rows.last().map(|(pk, _)| pk.clone()) else {
                 return Ok(());
             };
             self.wait_until_delivered(&snapshot, server_id, checkpoint, stop)
                 .await?;
+            // Read once the checkpoint passed the snapshot: every row of it that was
+            // parked has its parking record on the topic by then.
+            let keys = self.without_parked(rows)?;
             for chunk in keys.chunks(batch) {
                 if stop.is_cancelled() {
                     return Ok(());
@@ -251,19 +271,53 @@ impl TablePruner<'_> {
         })
     }
 
-    /// The next `limit` primary keys as one consistent snapshot sees them, and that
-    /// snapshot's binlog position.
+    /// `rows`' primary keys but those of parked events.
+    fn without_parked(&mut self, rows: Vec<(Value, Value)>) -> Result<Vec<Value>, OpsError> {
+        let Some((kafka, topic)) = self.parking else {
+            return Ok(rows.into_iter().map(|(pk, _)| pk).collect());
+        };
+        let read = tokio::task::block_in_place(|| {
+            crate::route::parking::read_all(kafka, topic, |_| false)
+        })?;
+        let parked: std::collections::HashSet<Vec<u8>> = read
+            .parked_now()
+            .into_iter()
+            .filter(|p| p.aggregate.table.as_ref() == self.table)
+            .filter_map(|p| p.event_id.as_ref().map(|id| id.0.clone()))
+            .collect();
+        let before = rows.len();
+        let keys: Vec<Value> = rows
+            .into_iter()
+            .filter(|(_, id)| {
+                let id = crate::outbox::column_bytes(
+                    &mysql_async::binlog::value::BinlogValue::Value(id.clone()),
+                );
+                !id.is_some_and(|id| parked.contains(&id))
+            })
+            .map(|(pk, _)| pk)
+            .collect();
+        let kept = (before - keys.len()) as u64;
+        if kept > 0 {
+            tracing::info!(table = %self.table, rows = kept, "parked rows kept: a release reads them again");
+        }
+        self.done.parked_kept += kept;
+        Ok(keys)
+    }
+
+    /// The next `limit` (primary key, event id)s as one consistent snapshot sees them,
+    /// and that snapshot's binlog position.
     async fn select_keys(
         &self,
         conn: &mut Conn,
         cutoff_secs: i64,
         after: Option<&Value>,
         limit: usize,
-    ) -> Result<(Position, Vec<Value>), OpsError> {
+    ) -> Result<(Position, Vec<(Value, Value)>), OpsError> {
         let snapshot = server::consistent_snapshot(conn).await?;
         let mut sql = format!(
-            "SELECT {pk} FROM {table} WHERE {ts} < FROM_UNIXTIME(?)",
+            "SELECT {pk}, {id} FROM {table} WHERE {ts} < FROM_UNIXTIME(?)",
             pk = quote(self.pk),
+            id = quote(self.event_id),
             table = qualified(self.table),
             ts = quote(&self.opts.timestamp_column),
         );
@@ -273,7 +327,7 @@ impl TablePruner<'_> {
             params.push(after.clone());
         }
         sql.push_str(&format!(" ORDER BY {} LIMIT {limit}", quote(self.pk)));
-        let keys: Result<Vec<Value>, _> = conn.exec(sql, params).await;
+        let keys: Result<Vec<(Value, Value)>, _> = conn.exec(sql, params).await;
         // The snapshot only served to read; end it whatever the select answered.
         let ended = conn.query_drop("COMMIT").await;
         let keys = keys.map_err(query_error("SELECT outbox primary keys to prune"))?;

@@ -64,7 +64,12 @@ fn parking(setup: &mut RouterSetup) -> String {
 
 /// Writes events `from..to` (of `total`) in transactions of `PER_TXN`.
 async fn write_events(db: &str, from: usize, to: usize, total: usize) {
-    let mut conn = app_conn().await;
+    write_events_at(mariadb_port(), db, from, to, total).await
+}
+
+/// `write_events` on the server at `port`.
+async fn write_events_at(port: u16, db: &str, from: usize, to: usize, total: usize) {
+    let mut conn = app_conn_at(port).await;
     let mut seq = from;
     while seq < to {
         let end = (seq + PER_TXN).min(to);
@@ -338,12 +343,17 @@ async fn a_standby_taking_over_parks_what_the_leader_parked() {
 
 /// The bad rows fixed in the table (the router ignores UPDATEs on the outbox).
 async fn fix_bad_rows(db: &str, total: usize) {
+    fix_bad_rows_at(mariadb_port(), db, total).await
+}
+
+/// `fix_bad_rows` on the server at `port`.
+async fn fix_bad_rows_at(port: u16, db: &str, total: usize) {
     let ids: Vec<String> = BAD
         .iter()
         .filter_map(|agg| bad_seq(*agg, total))
         .map(|s| format!("'s-{s}'"))
         .collect();
-    let mut conn = app_conn().await;
+    let mut conn = app_conn_at(port).await;
     conn.query_drop(format!(
         "UPDATE {db}.outbox SET event_type = 'OrderHappened' WHERE event_id IN ({})",
         ids.join(",")
@@ -567,17 +577,40 @@ async fn an_unfixed_release_is_refused_and_a_drop_unparks_without_delivering() {
     let mut router = setup.start_router();
     let first_part = total - AGGREGATES;
     write_events(&setup.db, 0, first_part, total).await;
-    wait_all(&kafka, &[destination.clone(), parked.clone()], first_part, &router);
+    wait_all(
+        &kafka,
+        &[destination.clone(), parked.clone()],
+        first_part,
+        &router,
+    );
 
-    let out = setup.cli(&["parked", "release", "k-3", "--reason", "try", "--wait", "60"]);
+    let out = setup.cli(&[
+        "parked", "release", "k-3", "--reason", "try", "--wait", "60",
+    ]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert_eq!(out.status.code(), Some(1), "{text}");
-    assert!(text.contains("refused") && text.contains("CloudEvent needs a type"), "{text}");
-    let out = setup.cli(&["parked", "release", "k-4", "--reason", "typo", "--wait", "5"]);
+    assert!(
+        text.contains("refused") && text.contains("CloudEvent needs a type"),
+        "{text}"
+    );
+    let out = setup.cli(&[
+        "parked", "release", "k-4", "--reason", "typo", "--wait", "5",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!out.status.success() && err.contains("\"k-4\" is not parked"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("\"k-4\" is not parked"),
+        "{err}"
+    );
 
-    let out = setup.cli(&["parked", "drop", "k-3", "--reason", "test data", "--by", "it"]);
+    let out = setup.cli(&[
+        "parked",
+        "drop",
+        "k-3",
+        "--reason",
+        "test data",
+        "--by",
+        "it",
+    ]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success() && text.contains("dropped"), "{text}");
     let list = setup.cli(&["parked", "list", "--json"]);
@@ -586,7 +619,12 @@ async fn an_unfixed_release_is_refused_and_a_drop_unparks_without_delivering() {
     assert!(!listed.to_string().contains("\"k-3\""), "{listed}");
 
     write_events(&setup.db, first_part, total, total).await;
-    wait_all(&kafka, &[destination.clone(), parked.clone()], total, &router);
+    wait_all(
+        &kafka,
+        &[destination.clone(), parked.clone()],
+        total,
+        &router,
+    );
     router.stop(Duration::from_secs(30));
     let on_dest: Vec<usize> = kafka
         .read_all(std::slice::from_ref(&destination))
@@ -599,8 +637,131 @@ async fn an_unfixed_release_is_refused_and_a_drop_unparks_without_delivering() {
         .step_by(AGGREGATES)
         .filter(|s| *s < bad || *s >= first_part)
         .collect();
-    assert_eq!(on_dest, expected, "k-3: before its bad row, then after the drop");
+    assert_eq!(
+        on_dest, expected,
+        "k-3: before its bad row, then after the drop"
+    );
     let audit = setup.cli(&["audit", "--json"]);
     let audit = String::from_utf8_lossy(&audit.stdout).to_string();
-    assert!(audit.contains("parked drop") && audit.contains("parked release"), "{audit}");
+    assert!(
+        audit.contains("parked drop") && audit.contains("parked release"),
+        "{audit}"
+    );
+}
+
+/// A pool of two sources on two servers, both parking: instance `a` leads both and parks
+/// their bad aggregates; `b` joins and takes one; `a` is killed -9 and `b` leads both,
+/// parking the later events it never saw the bad rows of; a release sent to the pool
+/// (`--source`) is carried out by `b`: every event once, in order.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_moves_a_parked_source_and_releases_it_where_it_runs() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let total = 4 * AGGREGATES;
+    let first_part = (bad_round(total) + 1) * AGGREGATES;
+    let pool = crate::pool::Pool::new_with("parkpool", 2, |s| {
+        parking(s);
+    })
+    .await;
+    for s in &pool.sources {
+        allow_untyped(&mut app_conn_at(s.source_port).await, &s.db).await;
+    }
+    let kafka = Kafka::local();
+    let topics = |i: usize| {
+        let s = &pool.sources[i];
+        [s.topic("Order"), format!("{}.parked", s.topic_prefix)]
+    };
+    let (pa, pb) = (monitor_port(), monitor_port());
+    let mut a = pool.start("a", pa, &["--init"]);
+    crate::pool::wait_balanced(&[pa], 2, Duration::from_secs(90), &[&a]).await;
+    for (i, s) in pool.sources.iter().enumerate() {
+        write_events_at(s.source_port, &s.db, 0, first_part, total).await;
+        wait_all(&kafka, &topics(i), first_part, &a);
+    }
+    let mut b = pool.start("b", pb, &[]);
+    crate::pool::wait_balanced(&[pa, pb], 2, Duration::from_secs(90), &[&a, &b]).await;
+    a.kill9();
+    crate::pool::wait_balanced(&[pb], 2, Duration::from_secs(90), &[&b]).await;
+    for (i, s) in pool.sources.iter().enumerate() {
+        write_events_at(s.source_port, &s.db, first_part, total, total).await;
+        wait_all(&kafka, &topics(i), total, &b);
+    }
+    // Source 1 stays parked: checked as parked. Source 0 is fixed and released.
+    let [dest1, parked1] = topics(1);
+    let (duplicates, _) = check(&kafka, &dest1, &parked1, total);
+    assert_eq!(duplicates, 0, "source 1: read_committed duplicates");
+    let s0 = &pool.sources[0];
+    fix_bad_rows_at(s0.source_port, &s0.db, total).await;
+    let ids = bad_ids();
+    let mut args = vec!["parked", "release", "--reason", "fixed", "--wait", "120"];
+    args.extend(ids.iter().map(String::as_str));
+    let out = pool.cli("b", pb, &pool.names[0], &args);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        b.log()
+    );
+    assert_eq!(text.matches(": released at ").count(), BAD.len(), "{text}");
+    b.stop(Duration::from_secs(60));
+    let [dest0, _] = topics(0);
+    let duplicates = check_released(&kafka, &dest0, total);
+    assert_eq!(
+        duplicates, 0,
+        "source 0: read_committed duplicates after the release"
+    );
+    println!("parking in a pool: 2 sources x {total} events, one moved by a kill -9, released on the other instance: lost=0 duplicates=0");
+}
+
+/// `prune` keeps the rows of parked events, however old (a release reads them again),
+/// and deletes the rest it may; the release then delivers the kept rows fixed.
+#[tokio::test(flavor = "multi_thread")]
+async fn prune_keeps_parked_rows_for_their_release() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let total = 2 * AGGREGATES;
+    let (mut conn, mut setup) = fresh("park_prune").await;
+    allow_untyped(&mut conn, &setup.db).await;
+    crate::ops::pruner_user(&mut setup);
+    let parked = parking(&mut setup);
+    let destination = setup.topic("Order");
+    let kafka = Kafka::local();
+    let mut router = setup.start_router();
+    write_events(&setup.db, 0, total, total).await;
+    wait_all(
+        &kafka,
+        &[destination.clone(), parked.clone()],
+        total,
+        &router,
+    );
+    conn.query_drop(format!(
+        "UPDATE {}.outbox SET created_at = NOW(6) - INTERVAL 9 DAY",
+        setup.db
+    ))
+    .await
+    .unwrap();
+    let out = setup.cli(&["prune", "--older-than", "7d"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kept = BAD.len() * (total / AGGREGATES - bad_round(total));
+    assert!(
+        text.contains(&format!("deleted {} row(s)", total - kept))
+            && text.contains(&format!("{kept} parked row(s) kept")),
+        "{text}"
+    );
+    fix_bad_rows(&setup.db, total).await;
+    let ids = bad_ids();
+    let mut args = vec!["parked", "release", "--reason", "fixed", "--wait", "120"];
+    args.extend(ids.iter().map(String::as_str));
+    let out = setup.cli(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    router.stop(Duration::from_secs(30));
+    check_released(&kafka, &destination, total);
 }

@@ -18,15 +18,20 @@ fn rds_port() -> u16 {
 const SESSION_MS: u64 = 6000;
 
 /// A pool's sources and the files two instances run it from.
-struct Pool {
-    sources: Vec<RouterSetup>,
-    names: Vec<String>,
+pub(crate) struct Pool {
+    pub(crate) sources: Vec<RouterSetup>,
+    pub(crate) names: Vec<String>,
     dir: tempfile::TempDir,
 }
 
 impl Pool {
     /// `n` sources, each its own database and outbox, its own transactional id.
     async fn new(name: &str, n: usize) -> Self {
+        Self::new_with(name, n, |_| {}).await
+    }
+
+    /// `new`, each source's setup changed by `shape` before its file is written.
+    pub(crate) async fn new_with(name: &str, n: usize, shape: impl Fn(&mut RouterSetup)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("sources.d")).unwrap();
         let (mut sources, mut names) = (Vec::new(), Vec::new());
@@ -46,6 +51,7 @@ impl Pool {
             setup.source_port = port;
             setup.flush_interval_ms = 20;
             setup.extra_toml = format!("[delivery]\n{}\n", exactly_once_delivery(&source, true));
+            shape(&mut setup);
             // The pool file's sections, and each instance's own store under its state_dir.
             let mut table: toml::Table =
                 toml::from_str(&std::fs::read_to_string(setup.config_path()).unwrap()).unwrap();
@@ -84,7 +90,7 @@ impl Pool {
         path
     }
 
-    fn start(&self, instance: &str, port: u16, args: &[&str]) -> RouterProcess {
+    pub(crate) fn start(&self, instance: &str, port: u16, args: &[&str]) -> RouterProcess {
         self.start_file(instance, &self.file(instance, port), args, &[])
     }
 
@@ -119,7 +125,13 @@ impl Pool {
 
     /// An operator's command for source `name`, with instance `instance`'s pool file
     /// (its endpoint on `port`).
-    fn cli(&self, instance: &str, port: u16, name: &str, args: &[&str]) -> std::process::Output {
+    pub(crate) fn cli(
+        &self,
+        instance: &str,
+        port: u16,
+        name: &str,
+        args: &[&str],
+    ) -> std::process::Output {
         std::process::Command::new(router_bin())
             .arg("--config")
             .arg(self.file(instance, port))
@@ -146,13 +158,13 @@ impl Pool {
         Writer::start_at(self.sources[i].source_port, &self.sources[i].db)
     }
 
-    fn topics(&self, i: usize) -> Vec<String> {
+    pub(crate) fn topics(&self, i: usize) -> Vec<String> {
         TYPES.iter().map(|t| self.sources[i].topic(t)).collect()
     }
 }
 
 /// The sources instance at `port` streams (leader and connected), by `/metrics`.
-async fn streaming_sources(port: u16) -> Option<Vec<String>> {
+pub(crate) async fn streaming_sources(port: u16) -> Option<Vec<String>> {
     let (code, body) = tokio::time::timeout(Duration::from_secs(2), try_http_get(port, "/metrics"))
         .await
         .ok()??;
@@ -218,7 +230,7 @@ async fn takeover_ms(ports: &[u16]) -> Vec<(String, u64)> {
 /// Waits until the instances on `ports` stream every source between them, each source
 /// on exactly one, no instance more than one source above another; returns how long
 /// it took and who streams what.
-async fn wait_balanced(
+pub(crate) async fn wait_balanced(
     ports: &[u16],
     sources: usize,
     timeout: Duration,

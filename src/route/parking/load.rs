@@ -3,7 +3,7 @@
 
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
-use super::record::Entry;
+use super::record::{Entry, Kind};
 use super::{Parking, ParkingError};
 use crate::kafka::{KafkaConfig, TopicCreator};
 use crate::outbox::ParkingConfig;
@@ -47,6 +47,23 @@ pub struct ReadBack {
     pub entries: Vec<(Entry, Option<RawRecord>)>,
     /// The offset after the last record read: where to read on from.
     pub next: i64,
+}
+
+impl ReadBack {
+    /// The events parked now: each aggregate's since its last release or drop, in order.
+    pub fn parked_now(&self) -> Vec<&super::Parked> {
+        let mut out: Vec<&super::Parked> = Vec::new();
+        for (entry, _) in &self.entries {
+            match entry {
+                Entry::Event(p) => out.push(p),
+                Entry::Outcome(o) if matches!(o.kind, Kind::Released | Kind::Dropped) => {
+                    out.retain(|p| p.aggregate != o.aggregate)
+                }
+                _ => {}
+            }
+        }
+        out
+    }
 }
 
 /// Every entry of the parking topic, in order, with the whole record of those `keep`

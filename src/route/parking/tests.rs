@@ -189,3 +189,43 @@ fn parked(r: &Record) -> Parked {
         other => panic!("not a parked event: {other:?}"),
     }
 }
+
+/// At-least-once resumes behind its checkpoint: an invalid event read again from before
+/// its aggregate's release was settled by the release and is not parked again; one
+/// after it parks the aggregate anew.
+#[test]
+fn a_release_settles_what_is_read_again_from_before_it() {
+    let router = router();
+    let mut parking = Parking::empty(&config(10, 100));
+    let at = |offset| Position::new(BinlogFile::new("mysql-bin.000001").unwrap(), offset).unwrap();
+    let mut b = batch(&router, vec![Err(bad(Some("A"), "a1"))]);
+    parking.divert(&router, &mut b).unwrap();
+    let aggregate = parked(&b.records[0]).aggregate;
+    assert!(parking.unpark(&aggregate, Some(at(1_000))).is_some());
+    assert_eq!((parking.aggregates(), parking.events()), (0, 0));
+
+    // Read again from before the release (the batch ends at offset 4): passed over.
+    let mut again = batch(
+        &router,
+        vec![Err(bad(Some("A"), "a1")), Ok(event("A", "a2"))],
+    );
+    parking.divert(&router, &mut again).unwrap();
+    let ids: Vec<String> = shape(&again)
+        .into_iter()
+        .map(|(t, id)| format!("{t}:{id}"))
+        .collect();
+    assert_eq!(ids, ["t.Order:a2"]);
+
+    // A bad event after it parks the aggregate again.
+    let mut later = batch(
+        &router,
+        vec![Err(bad(Some("A"), "a9")), Ok(event("A", "a10"))],
+    );
+    later.end = at(2_000);
+    parking.divert(&router, &mut later).unwrap();
+    let ids: Vec<String> = shape(&later)
+        .into_iter()
+        .map(|(t, id)| format!("{t}:{id}"))
+        .collect();
+    assert_eq!(ids, ["parked:a9", "parked:a10"]);
+}
