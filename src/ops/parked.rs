@@ -5,8 +5,6 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde::Serialize;
 
 use super::audit::{AuditEntry, AuditTrail};
@@ -14,7 +12,7 @@ use super::OpsError;
 use crate::config::Config;
 use crate::outbox::OnInvalid;
 use crate::route::parking::{
-    read_all, request_headers, Action, AggregateName, Entry, Parked, Request,
+    read_all, request_headers, send_proven, Action, AggregateName, Entry, Parked, Request,
 };
 
 /// One parked aggregate, as `parked list` shows it.
@@ -201,32 +199,16 @@ pub async fn request(
 
 /// Writes `request` to the parking topic, proven by its offset.
 async fn send_request(config: &Config, request: &Request) -> Result<(), OpsError> {
-    let topic = &config.outbox.parking.topic;
-    let failed = |reason: String| crate::sink::SinkError::FleetRecord {
-        topic: topic.clone(),
-        reason,
-    };
-    let producer: FutureProducer = crate::kafka::client_config(&config.kafka)
-        .create()
-        .map_err(|e| failed(e.to_string()))?;
     let value = serde_json::to_vec(request).expect("requests serialize");
-    let mut headers = OwnedHeaders::new();
-    for (key, value) in request_headers() {
-        headers = headers.insert(Header {
-            key: &key,
-            value: Some(&value),
-        });
-    }
-    let record = FutureRecord::to(topic)
-        .partition(0)
-        .key(&request.id)
-        .payload(&value)
-        .headers(headers);
-    match producer.send(record, Duration::from_secs(30)).await {
-        Ok(delivered) if delivered.offset >= 0 => Ok(()),
-        Ok(_) => Err(failed("reported delivered without an offset".into()).into()),
-        Err((error, _)) => Err(failed(error.to_string()).into()),
-    }
+    send_proven(
+        &config.kafka,
+        &config.outbox.parking.topic,
+        request.id.as_bytes(),
+        &request_headers(),
+        Some(&value),
+    )
+    .await?;
+    Ok(())
 }
 
 /// Reads the parking topic until every aggregate of `request` has an outcome, or

@@ -98,7 +98,10 @@ pub(super) async fn read_loop(
         };
         let mut batch = map_and_route(&mapper, &router, &metrics, txn)?;
         policy.apply(&router, &metrics, &mut batch)?;
-        at.follow(&batch);
+        // Only requests need to know where the loop is.
+        if releases.is_some() {
+            at.follow(&batch);
+        }
         metrics.read(
             batch.complete.then_some(&batch.end),
             batch.commit_time_ms,

@@ -210,6 +210,22 @@ fn check(kafka: &Kafka, destination: &str, parked: &str, total: usize) -> (usize
     (duplicates, park.len())
 }
 
+/// Waits until the bad rows are on the parking topic.
+async fn wait_bad_parked(kafka: &Kafka, parked: &str, who: &RouterProcess) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while kafka.read_all(&[parked.to_string()]).len() < BAD.len() {
+        assert!(Instant::now() < deadline, "nothing parked:\n{}", who.log());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// `parked release` of every bad aggregate, fixed rows: the command's arguments.
+fn release_all_args(ids: &[String]) -> Vec<&str> {
+    let mut args = vec!["parked", "release", "--reason", "fixed", "--wait", "120"];
+    args.extend(ids.iter().map(String::as_str));
+    args
+}
+
 async fn parked_gauges(port: u16) -> (Option<f64>, Option<f64>) {
     (
         crate::standby::gauge(port, "outbox_router_parked_aggregates").await,
@@ -273,15 +289,7 @@ async fn parking_survives_a_kill9_exactly_once() {
     // Past the bad rows, then the kill in the middle of the rest.
     let past_bad = (bad_round(total) + 1) * AGGREGATES;
     write_events(&setup.db, 0, past_bad, total).await;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while kafka.read_all(std::slice::from_ref(&parked)).len() < BAD.len() {
-        assert!(
-            Instant::now() < deadline,
-            "nothing parked:\n{}",
-            router.log()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    wait_bad_parked(&kafka, &parked, &router).await;
     let db = setup.db.clone();
     let writer = tokio::spawn(async move { write_events(&db, past_bad, total, total).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -324,11 +332,7 @@ async fn a_standby_taking_over_parks_what_the_leader_parked() {
     crate::standby::wait_standby_ready(p.b.monitor_port, &b).await;
     let past_bad = (bad_round(total) + 1) * AGGREGATES;
     write_events(&p.a.db, 0, past_bad, total).await;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while kafka.read_all(std::slice::from_ref(&parked)).len() < BAD.len() {
-        assert!(Instant::now() < deadline, "nothing parked:\n{}", a.log());
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    wait_bad_parked(&kafka, &parked, &a).await;
     a.kill9();
     write_events(&p.a.db, past_bad, total, total).await;
     wait_streaming(p.b.monitor_port, Duration::from_secs(90), &b).await;
@@ -692,9 +696,7 @@ async fn a_pool_moves_a_parked_source_and_releases_it_where_it_runs() {
     let s0 = &pool.sources[0];
     fix_bad_rows_at(s0.source_port, &s0.db, total).await;
     let ids = bad_ids();
-    let mut args = vec!["parked", "release", "--reason", "fixed", "--wait", "120"];
-    args.extend(ids.iter().map(String::as_str));
-    let out = pool.cli("b", pb, &pool.names[0], &args);
+    let out = pool.cli("b", pb, &pool.names[0], &release_all_args(&ids));
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),
@@ -754,9 +756,7 @@ async fn prune_keeps_parked_rows_for_their_release() {
     );
     fix_bad_rows(&setup.db, total).await;
     let ids = bad_ids();
-    let mut args = vec!["parked", "release", "--reason", "fixed", "--wait", "120"];
-    args.extend(ids.iter().map(String::as_str));
-    let out = setup.cli(&args);
+    let out = setup.cli(&release_all_args(&ids));
     assert!(
         out.status.success(),
         "{}",

@@ -16,11 +16,13 @@ mod load;
 mod record;
 mod release;
 mod watch;
+mod write;
 
 pub use load::{load, read_all, RawRecord, ReadBack};
 pub use record::{request_headers, Action, AggregateName, Entry, Kind, Outcome, Parked, Request};
 pub use release::{outcome_record, release_records, ParkedCopy};
 pub use watch::watch;
+pub use write::send_proven;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -52,12 +54,14 @@ pub enum ParkingError {
     },
     #[error("cannot read the parking topic {topic}: {reason}")]
     Read { topic: String, reason: String },
+    #[error("cannot write to the parking topic {topic}: {reason}")]
+    Write { topic: String, reason: String },
 }
 
 impl ParkingError {
     /// A read of the topic may succeed later; the rest need an operator.
     pub fn is_transient(&self) -> bool {
-        matches!(self, ParkingError::Read { .. })
+        matches!(self, ParkingError::Read { .. } | ParkingError::Write { .. })
     }
 }
 
