@@ -11,7 +11,8 @@
 //! source/      binlog stream → committed transactions with end positions
 //!              (config, connect, reader, boundary, server queries, table snapshots)
 //! outbox/      row → OutboxEvent (column mapping, rules, what is ignored or invalid)
-//! route/       OutboxEvent → Kafka record (topic, key, headers, JSON / Avro value)
+//! route/       OutboxEvent → Kafka record (topic, key, headers, JSON / Avro value),
+//!              and ordered parking (a bad event's aggregate held back, in order)
 //! sink/        Kafka producer (idempotent, acks=all, delivery proof, exactly-once
 //!              transactions and their commit markers), or stdout
 //! checkpoint/  durable store of the last fully acknowledged position, and its writer
@@ -24,7 +25,7 @@
 //! config/      the file: the stages' sections composed, loaded, checked (with the
 //!              sections of the wiring and the operator commands, which are no stage)
 //! ops/         operator commands beside the flow: validate, import, recover, prune,
-//!              replay, reconcile (and the audit trail)
+//!              replay, reconcile, parked (and the audit trail)
 //! pool/        many sources over many instances: the pool file, one lock topic per
 //!              source, each source run as a standby pair's member (`pipeline`)
 //! secret/      beside the flow: values never printed (`${env:}` / `${file:}`
