@@ -33,6 +33,9 @@ use crate::route::parking::{
 use crate::route::{Batch, Record, Router};
 use crate::source::{self, RowChange, RowOp, SourceConfig, Transaction};
 
+/// Event ids a release reads again per statement.
+const REREAD_CHUNK: usize = 1000;
+
 /// Where the read loop is: the end of the last binlog transaction handed on (what a
 /// request's batches carry, so the checkpoint stays where it is), and whether it is
 /// between two transactions (a streamed part of a large one may have gone before).
@@ -131,6 +134,11 @@ impl Releases {
                     return Ok(false);
                 }
             }
+        }
+        // Every parked event handed on so far is on the parking topic (committed, in
+        // exactly-once mode) before it is read: none may be left behind by a release.
+        if !parked.is_empty() && !self.counted(Vec::new(), stages, at).await {
+            return Ok(false);
         }
         let copies = match request.action {
             Action::Drop => HashMap::new(),
@@ -231,9 +239,10 @@ impl Releases {
             .map(|id| String::from_utf8_lossy(&id.0).into_owned())
             .collect();
         let mut conn = source::connect(&self.source).await?;
-        let filter = source::snapshot::RowFilter::default().one_of(&self.event_id_column, &ids);
         let mut rows = HashMap::new();
-        {
+        // A statement takes at most 65,535 parameters: read in slices.
+        for ids in ids.chunks(REREAD_CHUNK) {
+            let filter = source::snapshot::RowFilter::default().one_of(&self.event_id_column, ids);
             let mut stream = source::snapshot::rows(&mut conn, &table, &filter, &[]).await?;
             while let Some(row) = stream.next().await {
                 let row = row?;
@@ -264,40 +273,57 @@ impl Releases {
         stages: &Stages<'_>,
         at: &At,
     ) -> bool {
-        let batch = |records: Vec<Record>, settled| Batch {
-            end: at.end.clone(),
-            delivered_through: at.delivered_through.clone(),
-            commit_time_ms: 0,
-            records,
-            invalid: Vec::new(),
-            routed_at: std::time::Instant::now(),
-            complete: true,
-            settled,
-        };
         let (handoff, stop, metrics) = (stages.handoff, stages.stop, stages.metrics);
         if self.exactly_once || records.is_empty() {
             let mut all = records;
             all.push(outcome);
-            let sent = handoff.send(batch(all, None), stop, metrics).await;
+            let sent = handoff.send(batch_at(at, all, None), stop, metrics).await;
             crash_point!("parking.release_handed_on");
             return sent;
         }
-        let (tx, rx) = oneshot::channel();
-        if !handoff.send(batch(records, Some(tx)), stop, metrics).await {
+        if !self.counted(records, stages, at).await {
             return false;
         }
-        crash_point!("parking.release_before_acknowledged");
-        let acknowledged = tokio::select! {
-            biased;
-            _ = stop.cancelled() => false,
-            // Dropped unanswered: the delivery failed, and the acker says why.
-            answer = rx => answer.is_ok(),
-        };
         crash_point!("parking.release_before_outcome");
-        acknowledged
-            && handoff
-                .send(batch(vec![outcome], None), stop, metrics)
-                .await
+        handoff
+            .send(batch_at(at, vec![outcome], None), stop, metrics)
+            .await
+    }
+
+    /// Hands `records` on as a batch of their own and waits until it, and everything
+    /// before it, counts (acknowledged; exactly-once: committed); `false` when the
+    /// pipeline stopped first (the acker says why).
+    async fn counted(&self, records: Vec<Record>, stages: &Stages<'_>, at: &At) -> bool {
+        let (tx, rx) = oneshot::channel();
+        let batch = batch_at(at, records, Some(tx));
+        if !stages
+            .handoff
+            .send(batch, stages.stop, stages.metrics)
+            .await
+        {
+            return false;
+        }
+        tokio::select! {
+            biased;
+            _ = stages.stop.cancelled() => false,
+            // Dropped unanswered: a delivery or the commit failed.
+            answer = rx => answer.is_ok(),
+        }
+    }
+}
+
+/// A batch of a request's records where the read loop is: it moves the checkpoint
+/// nowhere new.
+fn batch_at(at: &At, records: Vec<Record>, settled: Option<oneshot::Sender<()>>) -> Batch {
+    Batch {
+        end: at.end.clone(),
+        delivered_through: at.delivered_through.clone(),
+        commit_time_ms: 0,
+        records,
+        invalid: Vec::new(),
+        routed_at: std::time::Instant::now(),
+        complete: true,
+        settled,
     }
 }
 

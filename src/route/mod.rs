@@ -108,8 +108,9 @@ pub struct Batch {
     /// False for a streamed part of a larger transaction: the checkpoint may not move
     /// past it, nor may a Kafka transaction commit after it.
     pub complete: bool,
-    /// Told once Kafka acknowledged every record of it (acknowledged, not committed:
-    /// what must follow a delivery in at-least-once mode waits on it).
+    /// Told once it and every batch before it count: acknowledged (at-least-once), or
+    /// committed with their Kafka transaction (exactly-once). What must follow a
+    /// delivery waits on it.
     pub settled: Option<tokio::sync::oneshot::Sender<()>>,
 }
 

@@ -69,6 +69,11 @@ async fn write_events(db: &str, from: usize, to: usize, total: usize) {
 
 /// `write_events` on the server at `port`.
 async fn write_events_at(port: u16, db: &str, from: usize, to: usize, total: usize) {
+    write_paced(port, db, from, to, total, Duration::ZERO).await
+}
+
+/// `write_events_at` with `pause` after each transaction.
+async fn write_paced(port: u16, db: &str, from: usize, to: usize, total: usize, pause: Duration) {
     let mut conn = app_conn_at(port).await;
     let mut seq = from;
     while seq < to {
@@ -98,6 +103,7 @@ async fn write_events_at(port: u16, db: &str, from: usize, to: usize, total: usi
         .unwrap();
         tx.commit().await.unwrap();
         seq = end;
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -421,6 +427,13 @@ async fn release_case(name: &str, exactly_once: bool, crash: Option<&str>) {
     if exactly_once {
         setup.delivery(Some(&exactly_once_delivery(name, true)));
     }
+    if crash.is_none() {
+        // Records wait half a second in the producer: a release that read the parking
+        // topic without waiting for what was just parked would miss it.
+        setup
+            .kafka_properties
+            .push(("linger.ms".into(), "500".into()));
+    }
     let destination = setup.topic("Order");
     let topics = [destination.clone(), parked.clone()];
     let kafka = Kafka::local();
@@ -444,6 +457,15 @@ async fn release_case(name: &str, exactly_once: bool, crash: Option<&str>) {
     let listed: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
     assert_eq!(listed.as_array().unwrap().len(), BAD.len(), "{listed}");
 
+    // Without a crash, the last round is written while the release runs: events of the
+    // released aggregates are read before, during and after it.
+    let db = setup.db.clone();
+    let pause = Duration::from_millis(400);
+    let mut writer = crash.is_none().then(|| {
+        tokio::spawn(async move {
+            write_paced(mariadb_port(), &db, first_part, total, total, pause).await
+        })
+    });
     let ids = bad_ids();
     let mut args = vec![
         "parked",
@@ -499,7 +521,10 @@ async fn release_case(name: &str, exactly_once: bool, crash: Option<&str>) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     // Later events of the released aggregates go straight to their topic, after them.
-    write_events(&setup.db, first_part, total, total).await;
+    match writer.take() {
+        Some(writer) => writer.await.unwrap(),
+        None => write_events(&setup.db, first_part, total, total).await,
+    }
     let all = HashSet::<usize>::from_iter(0..total);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {

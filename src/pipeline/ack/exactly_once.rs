@@ -47,6 +47,9 @@ pub(super) struct KafkaTransactions<'s> {
     /// waits for its transaction's age limit and then for the commit, so the limit is
     /// reached that much earlier (up to half of it) and `commit_max_ms` bounds the wait.
     commit_took: Duration,
+    /// Batches that asked to be told when they count: told when the open transaction
+    /// commits, dropped (an error for the asker) when it does not.
+    told_on_commit: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl<'s> KafkaTransactions<'s> {
@@ -76,6 +79,7 @@ impl<'s> KafkaTransactions<'s> {
             // A reader quiet for as long as a caught-up transaction lasts has caught up.
             backlog: Backlog::new(max_age),
             commit_took: Duration::ZERO,
+            told_on_commit: Vec::new(),
         }
     }
 
@@ -131,6 +135,9 @@ impl<'s> KafkaTransactions<'s> {
             "Kafka transaction committed"
         );
         crash_point!("txn.after_commit");
+        for notify in self.told_on_commit.drain(..) {
+            let _ = notify.send(());
+        }
         self.is_open = false;
         self.records = 0;
         self.bytes = 0;
@@ -164,6 +171,10 @@ impl CommitPolicy for KafkaTransactions<'_> {
 
     fn acknowledged(&mut self, records: u64, _: &Metrics) {
         self.acknowledged += records;
+    }
+
+    fn counted(&mut self, notify: tokio::sync::oneshot::Sender<()>) {
+        self.told_on_commit.push(notify);
     }
 
     async fn after_step(

@@ -28,6 +28,8 @@ pub(super) struct Settled {
     pub(super) sent_at: Instant,
     /// What Kafka said: records acknowledged, or the first failure.
     pub(super) delivery: Result<usize, SinkError>,
+    /// Told once it counts as the delivery mode counts (the batch's `settled`).
+    pub(super) notify: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// Deliveries in commit order, and what they hold.
@@ -97,17 +99,14 @@ impl InFlight {
         self.held.records += held.records;
         self.held.bytes += held.bytes;
         self.deliveries.push_back(Box::pin(async move {
-            let delivery = delivery.await;
-            if let (Ok(_), Some(tx)) = (&delivery, settled_tx) {
-                let _ = tx.send(());
-            }
             let settled = Settled {
                 end,
                 delivered_through,
                 commit_time_ms,
                 complete,
                 sent_at,
-                delivery,
+                delivery: delivery.await,
+                notify: settled_tx,
             };
             (settled, held)
         }));

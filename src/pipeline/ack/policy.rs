@@ -31,10 +31,20 @@ pub(super) trait CommitPolicy {
 
     /// A settled delivery: the prefix moves (or its failure returns), and its records
     /// count as the policy counts them.
-    fn settle(&mut self, prefix: &mut Prefix<'_>, done: Settled) -> Result<(), PipelineError> {
+    fn settle(&mut self, prefix: &mut Prefix<'_>, mut done: Settled) -> Result<(), PipelineError> {
+        let notify = done.notify.take();
         let records = prefix.settle(done)?;
         self.acknowledged(records, prefix.metrics());
+        if let Some(notify) = notify {
+            self.counted(notify);
+        }
         Ok(())
+    }
+
+    /// A batch that asked to be told when it counts (and every batch before it, settled
+    /// in order) was acknowledged: told at once, or once it is committed.
+    fn counted(&mut self, notify: tokio::sync::oneshot::Sender<()>) {
+        let _ = notify.send(());
     }
 
     /// After each step of the acker; `waiting`: the reader has batches ready.
