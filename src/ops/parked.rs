@@ -33,12 +33,7 @@ pub struct ParkedAggregate {
 
 /// Every parked aggregate, oldest first.
 pub fn list(config: &Config) -> Result<Vec<ParkedAggregate>, OpsError> {
-    let parking = &config.outbox.parking;
-    let read = read_all(&config.kafka, &parking.topic, |_| false)?;
-    let mut set = crate::route::parking::Parking::empty(parking);
-    for (entry, _) in &read.entries {
-        set.take_in(entry);
-    }
+    let (set, _) = crate::route::parking::load(&config.kafka, &config.outbox.parking)?;
     let now = crate::checkpoint::now_ms();
     let mut out: Vec<ParkedAggregate> = set
         .held()

@@ -23,7 +23,18 @@ pub struct RawRecord {
 }
 
 impl RawRecord {
-    fn of(m: &BorrowedMessage<'_>) -> Self {
+    /// The entry it is (`Entry::read` on its parts).
+    pub(super) fn entry(&self, offset: i64) -> Result<Entry, String> {
+        Entry::read(
+            Some(&self.key),
+            self.value.as_deref(),
+            &self.headers,
+            self.timestamp_ms,
+            offset,
+        )
+    }
+
+    pub(super) fn of(m: &BorrowedMessage<'_>) -> Self {
         Self {
             key: m.key().unwrap_or_default().to_vec(),
             value: m.payload().map(<[u8]>::to_vec),
@@ -94,13 +105,7 @@ pub fn read_all(
             }
             let raw = RawRecord::of(m);
             next = next.max(m.offset() + 1);
-            match Entry::read(
-                Some(&raw.key),
-                raw.value.as_deref(),
-                &raw.headers,
-                raw.timestamp_ms,
-                m.offset(),
-            ) {
+            match raw.entry(m.offset()) {
                 Ok(entry) => {
                     let kept = keep(&entry).then_some(raw);
                     out.push((entry, kept));
@@ -123,8 +128,8 @@ pub fn read_all(
 /// The set of parked aggregates as the parking topic records it, the requests not yet
 /// answered, and the offset to watch for new requests from.
 pub fn load(kafka: &KafkaConfig, config: &ParkingConfig) -> Result<(Parking, i64), ParkingError> {
-    let mut parking = Parking::empty(config);
     let read = read_all(kafka, &config.topic, |_| false)?;
+    let mut parking = Parking::empty(config);
     for (entry, _) in &read.entries {
         parking.take_in(entry);
     }

@@ -361,9 +361,8 @@ impl Parking {
         Ok(())
     }
 
-    /// Takes in a record read back from the parking topic, in topic order (`load`, and
-    /// the `parked` commands).
-    pub fn take_in(&mut self, entry: &Entry) {
+    /// Takes in a record read back from the parking topic, in topic order (`load`).
+    fn take_in(&mut self, entry: &Entry) {
         match entry {
             Entry::Event(parked) => self.restore_event(parked),
             Entry::Request(request) => self.requests.push(request.clone()),

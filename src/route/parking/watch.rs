@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -57,16 +57,7 @@ pub fn watch(
                 }
                 Some(Ok(m)) => m,
             };
-            let headers: Vec<(String, Vec<u8>)> = m
-                .headers()
-                .map(|h| {
-                    h.iter()
-                        .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let timestamp = m.timestamp().to_millis().unwrap_or_default();
-            match Entry::read(m.key(), m.payload(), &headers, timestamp, m.offset()) {
+            match super::RawRecord::of(&m).entry(m.offset()) {
                 Ok(Entry::Request(request)) => {
                     info!(request = %request.id, action = ?request.action, aggregates = request.aggregates.len(), by = %request.by, "an operator's parking request arrived");
                     if requests.send(request).is_err() {
