@@ -321,9 +321,23 @@ async fn parking_survives_a_kill9_exactly_once() {
 /// one, reading the set from the parking topic.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_standby_taking_over_parks_what_the_leader_parked() {
+    standby_parks_what_the_leader_parked("park_ha", false).await;
+}
+
+/// The same with the pair's other instance (`b`) starting first and leading, and `a`
+/// the one that never led.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_other_instance_first_parks_the_same() {
+    standby_parks_what_the_leader_parked("park_ha_b", true).await;
+}
+
+async fn standby_parks_what_the_leader_parked(name: &str, b_first: bool) {
     let _settings = SERVER_SETTINGS.read().await;
     let total = events_total();
-    let mut p = pair("park_ha").await;
+    let mut p = pair(name).await;
+    if b_first {
+        std::mem::swap(&mut p.a, &mut p.b);
+    }
     let mut conn = app_conn().await;
     allow_untyped(&mut conn, &p.a.db).await;
     let parked = parking(&mut p.a);
@@ -348,7 +362,7 @@ async fn a_standby_taking_over_parks_what_the_leader_parked() {
     assert_eq!(duplicates, 0, "read_committed duplicates");
     let log = b.log();
     assert!(log.contains("parked aggregates read back"), "{log}");
-    println!("parking standby takeover: events={total} parked={parked_events} lost=0 duplicates=0");
+    println!("parking standby takeover ({name}): events={total} parked={parked_events} lost=0 duplicates=0");
 }
 
 /// The bad rows fixed in the table (the router ignores UPDATEs on the outbox).
