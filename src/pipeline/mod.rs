@@ -14,6 +14,7 @@ mod handoff;
 mod invalid;
 mod preflight;
 mod read;
+mod refusals;
 mod release;
 mod resume;
 mod standby;

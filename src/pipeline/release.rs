@@ -22,6 +22,7 @@ use tracing::{info, warn};
 
 use super::handoff::Handoff;
 use super::invalid::InvalidPolicy;
+use super::refusals::Refusals;
 use super::PipelineError;
 use crate::kafka::KafkaConfig;
 use crate::monitor::Metrics;
@@ -64,6 +65,8 @@ pub(super) struct Releases {
     pub source: SourceConfig,
     pub event_id_column: String,
     pub exactly_once: bool,
+    /// What Kafka refused in this process's runs: a release it refused is answered so.
+    pub refusals: Refusals,
     /// Stops the parking topic's watcher when the run ends.
     pub _watching: tokio_util::sync::DropGuard,
 }
@@ -149,8 +152,18 @@ impl Releases {
                 Action::Drop => (Vec::new(), Kind::Dropped, request.reason.clone()),
                 Action::Release => {
                     let copies = copies.get(&aggregate).map_or(&[][..], Vec::as_slice);
-                    match self.release(copies, stages, &at.end).await? {
+                    let refused = self.refusals.refused_release(&request.id, &aggregate);
+                    let released = match refused {
+                        Some(why) => Err(format!("{why}; fix the topic (its ACL, its max.message.bytes), then release again")),
+                        None => self.release(copies, stages, &at.end).await?,
+                    };
+                    match released {
                         Ok(records) => {
+                            self.refusals.releasing(
+                                &request.id,
+                                &aggregate,
+                                records.iter().map(|r| &r.event.id),
+                            );
                             let why = format!(
                                 "{} parked event(s) re-published in their order ({})",
                                 records.len(),

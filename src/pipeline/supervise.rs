@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::read::{self, ReadStages};
+use super::refusals::{Noted, Refusals};
 use super::release::{At, Releases};
 use super::InvalidPolicy;
 use super::{ack, preflight, resume, PipelineError};
@@ -59,6 +60,7 @@ pub(super) async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     } = *ctx;
     let mut delay = Duration::from_millis(500);
     let mut conflicts = ConflictWindow::default();
+    let refusals = Refusals::default();
     loop {
         if let Some(lock) = ctx.lock {
             // A restart must not fence a leader that took over while we were failing.
@@ -68,7 +70,7 @@ pub(super) async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
             }
         }
         let started = Instant::now();
-        let result = run_once(ctx).await;
+        let result = run_once(ctx, &refusals).await;
         metrics.set_connected(false);
         if let Some(streaming) = ctx.streaming {
             streaming.send_replace(false);
@@ -79,6 +81,9 @@ pub(super) async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
             Ok(()) => {
                 info!(?snapshot, "stopped");
                 return Ok(());
+            }
+            Err(e) if parks_refusal(ctx.config, &refusals, &e) && !shutdown.is_cancelled() => {
+                metrics.restart(RestartReason::Delivery);
             }
             Err(e) if e.is_transient() && !shutdown.is_cancelled() => {
                 if started.elapsed() > Duration::from_secs(60) {
@@ -119,6 +124,36 @@ pub(super) async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
                 return Err(with_what_is_purged(ctx.config, e).await);
             }
         }
+    }
+}
+
+/// With parking, whether `e` is Kafka refusing one outbox event's record for good,
+/// noted for the next run to park (or to refuse the release it belonged to).
+fn parks_refusal(config: &Config, refusals: &Refusals, e: &PipelineError) -> bool {
+    if config.outbox.on_invalid != OnInvalid::Park {
+        return false;
+    }
+    let PipelineError::Sink(sink_error) = e else {
+        return false;
+    };
+    let Some(refusal) = sink_error.refusal() else {
+        return false;
+    };
+    // The parking topic refusing its own records cannot be parked around.
+    if *refusal.topic == *config.outbox.parking.topic {
+        return false;
+    }
+    let (event, topic) = (refusal.event_id.clone(), refusal.topic.clone());
+    match refusals.note(refusal) {
+        Noted::Parks => {
+            warn!(error = %e, %event, %topic, "Kafka refused an outbox event's record for good: resuming from the last checkpoint with its aggregate parked from that event on");
+            true
+        }
+        Noted::RefusesRelease => {
+            warn!(error = %e, %event, %topic, "Kafka refused a released record: resuming from the last checkpoint, the release is answered as refused and the aggregate stays parked");
+            true
+        }
+        Noted::Again => false,
     }
 }
 
@@ -186,6 +221,7 @@ fn releases(
     set: &Parking,
     watch_from: i64,
     stop_reading: &CancellationToken,
+    refusals: &Refusals,
 ) -> Result<Releases, PipelineError> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     for request in set.pending() {
@@ -206,6 +242,7 @@ fn releases(
         source: config.source.clone(),
         event_id_column: config.rules().map_err(PipelineError::Rules)?.event_id,
         exactly_once: config.delivery.exactly_once(),
+        refusals: refusals.clone(),
         _watching: watching.drop_guard(),
     })
 }
@@ -224,7 +261,7 @@ async fn with_what_is_purged(config: &Config, e: PipelineError) -> PipelineError
     PipelineError::Source(SourceError::Purged { needed, missing })
 }
 
-async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
+async fn run_once(ctx: &Ctx<'_>, refusals: &Refusals) -> Result<(), PipelineError> {
     let Ctx {
         config,
         store,
@@ -264,7 +301,12 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let checkpoint = resume::start_position(config, store, &mut conn, flavor, sink).await?;
     // After the start position (and, exactly-once, the fence): the parked set read now
     // covers every position this run may resume from.
-    let parking = parked_set(config, sink_kind, metrics).await?;
+    let mut parking = parked_set(config, sink_kind, metrics).await?;
+    if let Some((set, _)) = parking.as_mut() {
+        for refusal in refusals.to_park() {
+            set.refuse(refusal);
+        }
+    }
     let positioned = phases.elapsed();
     metrics.set_checkpoint(&checkpoint);
     let resume = source::ResumeAt {
@@ -316,7 +358,7 @@ async fn run_once(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let stop_reading = shutdown.child_token();
     let (parking, releases) = match parking {
         Some((set, Some(watch_from))) => {
-            let releases = releases(config, &set, watch_from, &stop_reading)?;
+            let releases = releases(config, &set, watch_from, &stop_reading, refusals)?;
             (Some(set), Some(releases))
         }
         Some((set, None)) => (Some(set), None),

@@ -25,6 +25,7 @@ pub use open::kafka_sink;
 pub use stdout::StdoutSink;
 
 use crate::kafka::KafkaClientError;
+use crate::route::parking::{Refusal, RefusalScope};
 use crate::route::{EventRef, Record};
 
 /// Resolves with the number of records acknowledged, or the first failure.
@@ -123,6 +124,41 @@ impl SinkError {
             | SinkError::FirstStart { .. }
             | SinkError::FleetRecord { .. } => false,
         }
+    }
+}
+
+impl SinkError {
+    /// When Kafka refused one outbox event's record for good — the router may not write
+    /// to its topic, or the record is over the topic's size limit — which, and why:
+    /// parking holds back its aggregate and lets the others flow.
+    pub fn refusal(&self) -> Option<Refusal> {
+        use RDKafkaErrorCode::*;
+        let (SinkError::Produce {
+            event,
+            topic,
+            error,
+        }
+        | SinkError::Delivery {
+            event,
+            topic,
+            error,
+        }) = self
+        else {
+            return None;
+        };
+        event.aggregate_type.as_ref()?;
+        let code = error.rdkafka_error_code()?;
+        let scope = match code {
+            TopicAuthorizationFailed => RefusalScope::Topic,
+            MessageSizeTooLarge | InvalidRecord => RefusalScope::Record,
+            _ => return None,
+        };
+        Some(Refusal {
+            event_id: event.id.clone(),
+            topic: topic.as_str().into(),
+            reason: format!("{code:?} ({error})"),
+            scope,
+        })
     }
 }
 

@@ -78,33 +78,46 @@ async fn write_paced(port: u16, db: &str, from: usize, to: usize, total: usize, 
     let mut seq = from;
     while seq < to {
         let end = (seq + PER_TXN).min(to);
-        let mut tx = conn.start_transaction(Default::default()).await.unwrap();
-        let mut params: Vec<mysql_async::Value> = Vec::new();
-        for s in seq..end {
+        let rows = (seq..end).map(|s| {
             let agg = s % AGGREGATES;
             let kind = match bad_seq(agg, total) == Some(s) {
                 true => mysql_async::Value::NULL,
                 false => "OrderHappened".into(),
             };
-            params.extend([
-                format!("s-{s}").into(),
-                "Order".into(),
-                format!("k-{agg}").into(),
-                kind,
-                format!("{{\"seq\":{s}}}").into(),
-            ]);
-        }
-        let placeholders = vec!["(?,?,?,?,?)"; end - seq].join(",");
-        tx.exec_drop(
-            format!("INSERT INTO {db}.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES {placeholders}"),
-            params,
-        )
-        .await
-        .unwrap();
-        tx.commit().await.unwrap();
+            (s, "Order", format!("k-{agg}"), kind)
+        });
+        insert_txn_of(&mut conn, db, rows).await;
         seq = end;
         tokio::time::sleep(pause).await;
     }
+}
+
+/// One transaction of events `s-N` (N, aggregate type, aggregate id, event type), each
+/// with the payload `{"seq": N}`.
+async fn insert_txn_of(
+    conn: &mut mysql_async::Conn,
+    db: &str,
+    rows: impl Iterator<Item = (usize, &'static str, String, mysql_async::Value)>,
+) {
+    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    let mut params: Vec<mysql_async::Value> = Vec::new();
+    for (n, kind, agg, event_type) in rows {
+        params.extend([
+            format!("s-{n}").into(),
+            kind.into(),
+            agg.into(),
+            event_type,
+            format!("{{\"seq\":{n}}}").into(),
+        ]);
+    }
+    let placeholders = vec!["(?,?,?,?,?)"; params.len() / 5].join(",");
+    tx.exec_drop(
+        format!("INSERT INTO {db}.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES {placeholders}"),
+        params,
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
 }
 
 fn seq_of(m: &Msg) -> usize {
@@ -803,4 +816,193 @@ async fn prune_keeps_parked_rows_for_their_release() {
     );
     router.stop(Duration::from_secs(30));
     check_released(&kafka, &destination, total);
+}
+
+/// Events of the refused-topic test: `s-N`; every fifth an invoice of `i-(N/5 % 5)`, the
+/// rest orders of `k-(N % 50)`.
+fn refused_event(n: usize) -> (&'static str, String) {
+    match n % 5 {
+        0 => ("Invoice", format!("i-{}", n / 5 % 5)),
+        _ => ("Order", format!("k-{}", n % 50)),
+    }
+}
+
+/// Writes refused-topic events `from..to`, 20 to a transaction.
+async fn write_refused(db: &str, from: usize, to: usize) {
+    let mut conn = app_conn().await;
+    for start in (from..to).step_by(20) {
+        let end = (start + 20).min(to);
+        let rows = (start..end).map(|n| {
+            let (kind, agg) = refused_event(n);
+            (n, kind, agg, "Happened".into())
+        });
+        insert_txn_of(&mut conn, db, rows).await;
+    }
+}
+
+/// Waits until `topic` holds `n` distinct event ids.
+fn wait_ids(kafka: &Kafka, topic: &str, n: usize, who: &RouterProcess) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ids: HashSet<String> = kafka
+            .read_all(&[topic.to_string()])
+            .iter()
+            .map(Msg::id)
+            .collect();
+        if ids.len() >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {n} events on {topic}:\n{}",
+            ids.len(),
+            who.log()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Each aggregate's events on `topic` (first copies, in offset order), and duplicates.
+fn by_aggregate(kafka: &Kafka, topic: &str) -> (HashMap<String, Vec<usize>>, usize) {
+    let mut msgs = kafka.read_all(&[topic.to_string()]);
+    msgs.sort_by_key(|m| (m.partition, m.offset));
+    let (mut seen, mut duplicates) = (HashSet::new(), 0);
+    let mut out: HashMap<String, Vec<usize>> = HashMap::new();
+    for m in &msgs {
+        if !seen.insert(m.id()) {
+            duplicates += 1;
+            continue;
+        }
+        let agg = String::from_utf8(m.key.clone()).unwrap();
+        out.entry(agg).or_default().push(seq_of(m));
+    }
+    (out, duplicates)
+}
+
+/// A topic the router's Kafka user may not write to (dave: every ACL, but WRITE on the
+/// invoices' topic denied): each invoice aggregate parks from its first refused event on
+/// while every order flows; a release while the topic still refuses is answered as
+/// refused (the router goes on); once WRITE is granted, a release delivers the invoices
+/// in order, once in exactly-once mode, and their later events follow straight.
+async fn refused_topic_case(name: &str, exactly_once: bool) {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (_conn, mut setup) = fresh(name).await;
+    let parked = parking(&mut setup);
+    if exactly_once {
+        setup.delivery(Some(&exactly_once_delivery(name, true)));
+    }
+    let (orders, invoices) = (setup.topic("Order"), setup.topic("Invoice"));
+    kafka_acl(&[
+        "--add",
+        "--allow-principal",
+        "User:dave",
+        "--operation",
+        "All",
+        "--topic",
+        "*",
+        "--group",
+        "*",
+        "--transactional-id",
+        "*",
+        "--cluster",
+    ]);
+    let deny = [
+        "--deny-principal",
+        "User:dave",
+        "--operation",
+        "Write",
+        "--topic",
+        invoices.as_str(),
+    ];
+    kafka_acl(&[&["--add"][..], &deny[..]].concat());
+    setup.kafka_bootstrap = kafka_sasl_bootstrap();
+    for (k, v) in [
+        ("security.protocol", "SASL_PLAINTEXT"),
+        ("sasl.mechanism", "PLAIN"),
+        ("sasl.username", "dave"),
+        ("sasl.password", "dave-secret"),
+    ] {
+        setup.kafka_properties.push((k.into(), v.into()));
+    }
+    let kafka = Kafka::local();
+    let mut router = setup.start_router();
+    let (first, total) = (2_000, 3_000);
+    write_refused(&setup.db, 0, first).await;
+    wait_ids(&kafka, &orders, first * 4 / 5, &router);
+    wait_ids(&kafka, &parked, first / 5, &router);
+    let list = setup.cli(&["parked", "list", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 5, "{listed}");
+    assert!(
+        listed.to_string().contains("TopicAuthorizationFailed"),
+        "{listed}"
+    );
+
+    // Still refused: the release is answered so, and the router goes on.
+    let out = setup.cli(&[
+        "parked",
+        "release",
+        "i-0",
+        "--reason",
+        "too early",
+        "--wait",
+        "90",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(1), "{text}\n{}", router.log());
+    assert!(
+        text.contains("refused") && text.contains("TopicAuthorizationFailed"),
+        "{text}"
+    );
+
+    kafka_acl(&[&["--remove"][..], &deny[..]].concat());
+    let mut args = vec!["parked", "release", "--reason", "granted", "--wait", "120"];
+    let ids: Vec<String> = (0..5).map(|i| format!("i-{i}")).collect();
+    args.extend(ids.iter().map(String::as_str));
+    let out = setup.cli(&args);
+    assert!(
+        out.status.success(),
+        "{}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        router.log()
+    );
+    write_refused(&setup.db, first, total).await;
+    wait_ids(&kafka, &orders, total * 4 / 5, &router);
+    wait_ids(&kafka, &invoices, total / 5, &router);
+    router.stop(Duration::from_secs(30));
+
+    let (on_orders, order_dups) = by_aggregate(&kafka, &orders);
+    let (on_invoices, invoice_dups) = by_aggregate(&kafka, &invoices);
+    for n in 0..total {
+        let (kind, agg) = refused_event(n);
+        let on = match kind {
+            "Order" => &on_orders,
+            _ => &on_invoices,
+        };
+        assert!(on.get(&agg).is_some_and(|s| s.contains(&n)), "s-{n} lost");
+    }
+    for (agg, seqs) in on_orders.iter().chain(&on_invoices) {
+        assert!(seqs.is_sorted(), "{agg} out of order: {seqs:?}");
+    }
+    let log = router.log();
+    assert!(!log.contains("dave-secret"), "password leaked");
+    if exactly_once {
+        assert_eq!((order_dups, invoice_dups), (0, 0), "duplicates");
+    }
+    println!(
+        "refused topic ({}): {total} events, 0 lost, duplicates {order_dups} order / {invoice_dups} invoice, {} parked records",
+        if exactly_once { "exactly-once" } else { "at-least-once" },
+        kafka.read_all(&[parked]).len(),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_topic_refused_by_acl_parks_its_aggregates_and_releases_once_granted() {
+    refused_topic_case("park_acl_alo", false).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_topic_refused_by_acl_parks_exactly_once_and_releases_once_granted() {
+    refused_topic_case("park_acl_eos", true).await
 }

@@ -14,12 +14,14 @@
 
 mod load;
 mod record;
+mod refusal;
 mod release;
 mod watch;
 mod write;
 
 pub use load::{load, read_all, RawRecord, ReadBack};
 pub use record::{request_headers, Action, AggregateName, Entry, Kind, Outcome, Parked, Request};
+pub use refusal::{Refusal, RefusalScope};
 pub use release::{outcome_record, release_records, ParkedCopy};
 pub use watch::watch;
 pub use write::send_proven;
@@ -98,6 +100,10 @@ pub struct Parking {
     /// Requests read back at the start, and which of their aggregates were answered.
     requests: Vec<Request>,
     answered: HashSet<(String, Aggregate)>,
+    /// Records Kafka refused in an earlier run, waiting for their event to come again.
+    refusals: Vec<Refusal>,
+    /// Topics Kafka refuses every record for, by the reason their events park with.
+    refused_topics: HashMap<Arc<str>, String>,
 }
 
 impl Parking {
@@ -113,6 +119,21 @@ impl Parking {
             settled: HashMap::new(),
             requests: Vec::new(),
             answered: HashSet::new(),
+            refusals: Vec::new(),
+            refused_topics: HashMap::new(),
+        }
+    }
+
+    /// Parks the aggregate of the record Kafka refused when its event comes again; for a
+    /// topic that refuses every record, the aggregate of every record for it from here
+    /// on (records read again from before the refused one may have been refused too).
+    pub fn refuse(&mut self, refusal: Refusal) {
+        match refusal.scope {
+            RefusalScope::Record => self.refusals.push(refusal),
+            RefusalScope::Topic => {
+                let reason = refusal.reason();
+                self.refused_topics.insert(refusal.topic, reason);
+            }
         }
     }
 
@@ -137,6 +158,9 @@ impl Parking {
         self.events -= held.events;
         if let Some(at) = at {
             self.settled.insert(aggregate.clone(), at);
+            // A release Kafka took shows its topics writable again; a topic that still
+            // refuses fails the next record, and that run's refusal parks again.
+            self.refused_topics.clear();
         }
         Some(held)
     }
@@ -194,7 +218,11 @@ impl Parking {
     /// their aggregates, and diverts every record of a parked aggregate to the parking
     /// topic, keeping commit order. Costs one check per batch while nothing is parked.
     pub fn divert(&mut self, router: &Router, batch: &mut Batch) -> Result<(), ParkingError> {
-        if self.held.is_empty() && batch.invalid.is_empty() {
+        if self.held.is_empty()
+            && batch.invalid.is_empty()
+            && self.refusals.is_empty()
+            && self.refused_topics.is_empty()
+        {
             return Ok(());
         }
         let commit_time_ms = batch.commit_time_ms;
@@ -206,12 +234,16 @@ impl Parking {
             while let Some(InvalidAt { event, .. }) = invalid.next_if(|b| b.records_before <= i) {
                 out.extend(self.park_invalid(router, event, commit_time_ms, &end)?);
             }
-            match self.first_event_of(&record) {
-                Some(first) => {
+            let refused = self.refused(&record);
+            match (self.first_event_of(&record), refused) {
+                (Some(first), _) => {
                     let reason = format!("held behind event {first} of its aggregate");
                     out.push(self.hold(record, reason)?);
                 }
-                None => out.push(record),
+                (None, Some(reason)) => {
+                    out.push(self.park_refused(record, reason, commit_time_ms, &end)?)
+                }
+                (None, None) => out.push(record),
             }
         }
         for InvalidAt { event, .. } in invalid {
@@ -293,6 +325,69 @@ impl Parking {
         };
         record.headers = router.headers(bad.event_id.as_ref(), labels.headers());
         Ok(Some(record))
+    }
+
+    /// Why Kafka refuses `record`, when an earlier run met its refusal: its own event
+    /// (the refusal is then taken: it happened once), or any record for a topic that
+    /// refuses them all. The router's own records never park.
+    fn refused(&mut self, record: &Record) -> Option<String> {
+        if (self.refusals.is_empty() && self.refused_topics.is_empty())
+            || record.event.aggregate_type.is_none()
+        {
+            return None;
+        }
+        if let Some(i) = self
+            .refusals
+            .iter()
+            .position(|r| r.event_id == record.event.id)
+        {
+            return Some(self.refusals.swap_remove(i).reason());
+        }
+        self.refused_topics.get(&record.topic).cloned()
+    }
+
+    /// `record`, refused by Kafka, as the first parked event of its aggregate (sent as
+    /// it is when a release settled it already: read again from before that release).
+    fn park_refused(
+        &mut self,
+        record: Record,
+        reason: String,
+        commit_time_ms: i64,
+        end: &Position,
+    ) -> Result<Record, ParkingError> {
+        let aggregate = Aggregate {
+            table: record.event.table.clone(),
+            aggregate_type: record.event.aggregate_type.clone(),
+            id: record.key.clone(),
+        };
+        if let Some(at) = self.settled_before(&aggregate, end) {
+            warn!(event = %record.event.id, %aggregate, released_or_dropped_at = %at, "refused record read again from before its aggregate was released or dropped: that settled it, so it is sent, not parked");
+            return Ok(record);
+        }
+        if self.aggregates >= self.max_aggregates {
+            return Err(ParkingError::Full {
+                what: "aggregates",
+                key: "max_aggregates",
+                limit: self.max_aggregates,
+                at: format!(
+                    "event {} of {aggregate} at {}: {reason}",
+                    record.event.id, record.event.position
+                ),
+            });
+        }
+        warn!(event = %record.event.id, %aggregate, position = %record.event.position, %reason, topic = %self.topic, "aggregate parked: Kafka refused its record; this event and every later one of the aggregate go to the parking topic in order; every other aggregate goes on");
+        self.aggregates += 1;
+        self.held
+            .entry(aggregate.id.clone())
+            .or_default()
+            .push(Held {
+                aggregate,
+                events: 0,
+                since_ms: commit_time_ms,
+                reason: reason.clone(),
+                first_event: record.event.id.to_string(),
+            });
+        self.hold(record, reason)
     }
 
     /// Where `aggregate` was released or dropped, when that covers a transaction ending

@@ -70,6 +70,8 @@ pub struct AckContext {
     errors: Family<Vec<(&'static str, String)>, Counter>,
     progress: Progress,
     metrics: Metrics,
+    /// A topic a transaction could not add for lack of WRITE on it (see `log`).
+    denied: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl AckContext {
@@ -80,13 +82,43 @@ impl AckContext {
             errors: metrics.delivery_errors(),
             progress: metrics.progress().clone(),
             metrics: metrics.clone(),
+            denied: Default::default(),
         }
     }
+
+    /// A topic Kafka refused to add to a transaction because this user may not write
+    /// to it: the transaction's records then fail only with `PurgeQueue`, and this is
+    /// where the refusal shows.
+    pub(super) fn denied_topic(&self) -> Option<String> {
+        self.denied
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// The topic of librdkafka's `Failed to add partition "TOPIC" [N] to transaction:
+/// Broker: Topic authorization failed`: the only place a transactional producer names
+/// the topic whose ACL refused it (the transaction's error and its records' do not).
+fn denied_in(fac: &str, message: &str) -> Option<String> {
+    if fac != "ADDPARTS" || !message.contains("Topic authorization failed") {
+        return None;
+    }
+    let (_, rest) = message.split_once("partition \"")?;
+    let (topic, _) = rest.split_once('"')?;
+    Some(topic.to_string())
 }
 
 impl ClientContext for AckContext {
     fn stats(&self, statistics: rdkafka::Statistics) {
         self.metrics.kafka_statistics(&statistics);
+    }
+
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        if let Some(topic) = denied_in(fac, message) {
+            *self.denied.lock().unwrap_or_else(|p| p.into_inner()) = Some(topic);
+        }
+        rdkafka::client::DefaultClientContext.log(level, fac, message);
     }
 }
 
@@ -128,5 +160,19 @@ impl ProducerContext for AckContext {
             topic: message.topic().to_string(),
             header_values,
         }));
+    }
+}
+
+#[cfg(test)]
+mod denied_tests {
+    use super::denied_in;
+
+    #[test]
+    fn names_the_topic_a_transaction_may_not_write_to() {
+        let line = "TxnCoordinator/1: Failed to add partition \"it.orders\" [1] to transaction: Broker: Topic authorization failed";
+        assert_eq!(denied_in("ADDPARTS", line).as_deref(), Some("it.orders"));
+        let other = "TxnCoordinator/1: Failed to add partition \"it.orders\" [0] to transaction: Broker: Operation not attempted";
+        assert_eq!(denied_in("ADDPARTS", other), None);
+        assert_eq!(denied_in("TXNERR", line), None);
     }
 }

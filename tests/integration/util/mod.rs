@@ -105,6 +105,33 @@ pub fn kafka_sasl_bootstrap() -> String {
     format!("127.0.0.1:{port}")
 }
 
+/// Runs Kafka's AclCommand against the local broker (as its super user, on the plaintext
+/// listener), e.g. `["--add", "--deny-principal", "User:dave", "--operation", "Write",
+/// "--topic", t]`; panics with its output when it fails.
+pub fn kafka_acl(args: &[&str]) {
+    let local = std::env::var("OUTBOX_LOCAL_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join(".local"));
+    let libs = local.join("kafka").join("libs").join("*");
+    let out = std::process::Command::new("timeout")
+        .arg("120")
+        .arg("java")
+        .arg("-cp")
+        .arg(libs)
+        .arg("org.apache.kafka.tools.AclCommand")
+        .args(["--bootstrap-server", &kafka_bootstrap()])
+        .args(args)
+        .arg("--force")
+        .output()
+        .expect("java runs");
+    assert!(
+        out.status.success(),
+        "AclCommand {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A fresh outbox database and a router setup starting at the current binlog position.
 pub async fn fresh(name: &str) -> (Conn, RouterSetup) {
     let (db, server_id) = unique(name);
