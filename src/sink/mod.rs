@@ -25,6 +25,7 @@ pub use open::kafka_sink;
 pub use stdout::StdoutSink;
 
 use crate::kafka::KafkaClientError;
+use crate::outbox::EventId;
 use crate::route::parking::{Refusal, RefusalScope};
 use crate::route::{EventRef, Record};
 
@@ -99,6 +100,11 @@ pub enum SinkError {
     },
     #[error("{0}")]
     ClaimCheckSetup(String),
+    #[error("{cause}; behind it, Kafka refused event {} for good on topic {}: {}", refusal.event_id, refusal.topic, refusal.reason)]
+    Refused {
+        refusal: Refusal,
+        cause: Box<SinkError>,
+    },
 }
 
 impl SinkError {
@@ -122,7 +128,8 @@ impl SinkError {
             | SinkError::Stdout(_)
             | SinkError::Fenced { .. }
             | SinkError::FirstStart { .. }
-            | SinkError::FleetRecord { .. } => false,
+            | SinkError::FleetRecord { .. }
+            | SinkError::Refused { .. } => false,
         }
     }
 }
@@ -132,34 +139,49 @@ impl SinkError {
     /// to its topic, or the record is over the topic's size limit — which, and why:
     /// parking holds back its aggregate and lets the others flow.
     pub fn refusal(&self) -> Option<Refusal> {
-        use RDKafkaErrorCode::*;
-        let (SinkError::Produce {
-            event,
-            topic,
-            error,
+        if let SinkError::Refused { refusal, .. } = self {
+            return Some(refusal.clone());
         }
-        | SinkError::Delivery {
-            event,
-            topic,
-            error,
-        }) = self
+        let event = self.event()?;
+        event.aggregate_type.as_ref()?;
+        let (SinkError::Produce { topic, error, .. } | SinkError::Delivery { topic, error, .. }) =
+            self
         else {
             return None;
         };
-        event.aggregate_type.as_ref()?;
-        let code = error.rdkafka_error_code()?;
-        let scope = match code {
-            TopicAuthorizationFailed => RefusalScope::Topic,
-            MessageSizeTooLarge | InvalidRecord => RefusalScope::Record,
-            _ => return None,
-        };
-        Some(Refusal {
-            event_id: event.id.clone(),
-            topic: topic.as_str().into(),
-            reason: format!("{code:?} ({error})"),
-            scope,
-        })
+        refusal_of(event.id.clone(), topic, error)
     }
+
+    /// The event whose record failed, when one did.
+    pub fn event(&self) -> Option<&EventRef> {
+        match self {
+            SinkError::Produce { event, .. }
+            | SinkError::Delivery { event, .. }
+            | SinkError::Unproven { event, .. }
+            | SinkError::Canceled { event }
+            | SinkError::ClaimCheck { event, .. } => Some(event),
+            _ => None,
+        }
+    }
+}
+
+/// Kafka's answer `error` for event `event_id`'s record to `topic`, when it refuses it for
+/// good: the router may not write to the topic (every record for it is refused), or the
+/// record itself is too large or malformed for it.
+pub(crate) fn refusal_of(event_id: EventId, topic: &str, error: &KafkaError) -> Option<Refusal> {
+    use RDKafkaErrorCode::*;
+    let code = error.rdkafka_error_code()?;
+    let scope = match code {
+        TopicAuthorizationFailed => RefusalScope::Topic,
+        MessageSizeTooLarge | InvalidRecord => RefusalScope::Record,
+        _ => return None,
+    };
+    Some(Refusal {
+        event_id,
+        topic: topic.into(),
+        reason: format!("{code:?} ({error})"),
+        scope,
+    })
 }
 
 fn is_permanent(error: &KafkaError) -> bool {

@@ -84,7 +84,7 @@ async fn write_paced(port: u16, db: &str, from: usize, to: usize, total: usize, 
                 true => mysql_async::Value::NULL,
                 false => "OrderHappened".into(),
             };
-            (s, "Order", format!("k-{agg}"), kind)
+            (s, "Order", format!("k-{agg}"), kind, 0)
         });
         insert_txn_of(&mut conn, db, rows).await;
         seq = end;
@@ -92,22 +92,40 @@ async fn write_paced(port: u16, db: &str, from: usize, to: usize, total: usize, 
     }
 }
 
-/// One transaction of events `s-N` (N, aggregate type, aggregate id, event type), each
-/// with the payload `{"seq": N}`.
+/// `len` hex digits no compression shrinks much (the producer compresses batches, and
+/// the broker's size limit applies to what it receives).
+fn noise(len: usize) -> String {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from_digit((x % 16) as u32, 16).unwrap()
+        })
+        .collect()
+}
+
+/// One transaction of events `s-N` (N, aggregate type, aggregate id, event type, bytes
+/// of padding), each with the payload `{"seq": N}` (and `"pad"`).
 async fn insert_txn_of(
     conn: &mut mysql_async::Conn,
     db: &str,
-    rows: impl Iterator<Item = (usize, &'static str, String, mysql_async::Value)>,
+    rows: impl Iterator<Item = (usize, &'static str, String, mysql_async::Value, usize)>,
 ) {
     let mut tx = conn.start_transaction(Default::default()).await.unwrap();
     let mut params: Vec<mysql_async::Value> = Vec::new();
-    for (n, kind, agg, event_type) in rows {
+    for (n, kind, agg, event_type, pad) in rows {
+        let payload = match pad {
+            0 => format!("{{\"seq\":{n}}}"),
+            _ => format!("{{\"seq\":{n},\"pad\":\"{}\"}}", noise(pad)),
+        };
         params.extend([
             format!("s-{n}").into(),
             kind.into(),
             agg.into(),
             event_type,
-            format!("{{\"seq\":{n}}}").into(),
+            payload.into(),
         ]);
     }
     let placeholders = vec!["(?,?,?,?,?)"; params.len() / 5].join(",");
@@ -818,8 +836,8 @@ async fn prune_keeps_parked_rows_for_their_release() {
     check_released(&kafka, &destination, total);
 }
 
-/// Events of the refused-topic test: `s-N`; every fifth an invoice of `i-(N/5 % 5)`, the
-/// rest orders of `k-(N % 50)`.
+/// Events of the refused-topic tests: `s-N`; every fifth an invoice of `i-(N/5 % 5)`,
+/// the rest orders of `k-(N % 50)`.
 fn refused_event(n: usize) -> (&'static str, String) {
     match n % 5 {
         0 => ("Invoice", format!("i-{}", n / 5 % 5)),
@@ -827,14 +845,19 @@ fn refused_event(n: usize) -> (&'static str, String) {
     }
 }
 
-/// Writes refused-topic events `from..to`, 20 to a transaction.
-async fn write_refused(db: &str, from: usize, to: usize) {
+/// The event of the refused-size test over the invoices' `max.message.bytes`: `i-0`'s.
+const TOO_LARGE: usize = 500;
+
+/// Writes refused-topic events `from..to`, 20 to a transaction; with `pad`, event
+/// `TOO_LARGE` carries that many more bytes.
+async fn write_refused(db: &str, from: usize, to: usize, pad: usize) {
     let mut conn = app_conn().await;
     for start in (from..to).step_by(20) {
         let end = (start + 20).min(to);
         let rows = (start..end).map(|n| {
             let (kind, agg) = refused_event(n);
-            (n, kind, agg, "Happened".into())
+            let pad = if n == TOO_LARGE { pad } else { 0 };
+            (n, kind, agg, "Happened".into(), pad)
         });
         insert_txn_of(&mut conn, db, rows).await;
     }
@@ -927,7 +950,7 @@ async fn refused_topic_case(name: &str, exactly_once: bool) {
     let kafka = Kafka::local();
     let mut router = setup.start_router();
     let (first, total) = (2_000, 3_000);
-    write_refused(&setup.db, 0, first).await;
+    write_refused(&setup.db, 0, first, 0).await;
     wait_ids(&kafka, &orders, first * 4 / 5, &router);
     wait_ids(&kafka, &parked, first / 5, &router);
     let list = setup.cli(&["parked", "list", "--json"]);
@@ -967,7 +990,7 @@ async fn refused_topic_case(name: &str, exactly_once: bool) {
         String::from_utf8_lossy(&out.stderr),
         router.log()
     );
-    write_refused(&setup.db, first, total).await;
+    write_refused(&setup.db, first, total, 0).await;
     wait_ids(&kafka, &orders, total * 4 / 5, &router);
     wait_ids(&kafka, &invoices, total / 5, &router);
     router.stop(Duration::from_secs(30));
@@ -1005,4 +1028,133 @@ async fn a_topic_refused_by_acl_parks_its_aggregates_and_releases_once_granted()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_topic_refused_by_acl_parks_exactly_once_and_releases_once_granted() {
     refused_topic_case("park_acl_eos", true).await
+}
+
+/// A record over its topic's own `max.message.bytes` (20,000; the producer's
+/// `batch.size` below it, so librdkafka sends the large record in a batch of its own):
+/// only its aggregate parks, from it on; every other aggregate of that topic flows. A
+/// release before the limit is raised is refused; after it, it delivers in order.
+async fn refused_size_case(name: &str, exactly_once: bool) {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (_conn, mut setup) = fresh(name).await;
+    let parked = parking(&mut setup);
+    if exactly_once {
+        setup.delivery(Some(&exactly_once_delivery(name, true)));
+    }
+    let (orders, invoices) = (setup.topic("Order"), setup.topic("Invoice"));
+    setup.extra_toml += &format!(
+        "[[kafka.topics.rule]]\npattern = \"{invoices}\"\nconfig = {{ \"max.message.bytes\" = \"20000\" }}\n"
+    );
+    setup
+        .kafka_properties
+        .push(("batch.size".into(), "16384".into()));
+    let kafka = Kafka::local();
+    let mut router = setup.start_router();
+    let (first, total) = (2_000, 3_000);
+    write_refused(&setup.db, 0, first, 60_000).await;
+    // i-0 parks from its large event on: that and its later events of the first part.
+    let held = (TOO_LARGE..first).step_by(25).count();
+    wait_ids(&kafka, &orders, first * 4 / 5, &router);
+    wait_ids(&kafka, &invoices, first / 5 - held, &router);
+    wait_ids(&kafka, &parked, held, &router);
+    let list = setup.cli(&["parked", "list", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert!(
+        listed.to_string().contains("MessageSizeTooLarge") && listed.to_string().contains("i-0"),
+        "{listed}"
+    );
+    let out = setup.cli(&[
+        "parked",
+        "release",
+        "i-0",
+        "--reason",
+        "too early",
+        "--wait",
+        "90",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(1), "{text}\n{}", router.log());
+    assert!(text.contains("MessageSizeTooLarge"), "{text}");
+
+    raise_max_message_bytes(&invoices).await;
+    let out = setup.cli(&[
+        "parked",
+        "release",
+        "i-0",
+        "--reason",
+        "limit raised",
+        "--wait",
+        "120",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        router.log()
+    );
+    write_refused(&setup.db, first, total, 0).await;
+    wait_ids(&kafka, &orders, total * 4 / 5, &router);
+    wait_ids(&kafka, &invoices, total / 5, &router);
+    router.stop(Duration::from_secs(30));
+
+    let mut msgs = kafka.read_all(std::slice::from_ref(&invoices));
+    msgs.sort_by_key(|m| (m.partition, m.offset));
+    // Exactly-once: each once, in order. At-least-once: a later event of i-0 acknowledged
+    // before the refusal came back may be ahead of it; the release sends it again after
+    // it, so the last copy of each is in order (docs/guarantees.md).
+    let mut last: HashMap<String, usize> = HashMap::new();
+    for (i, m) in msgs.iter().enumerate() {
+        last.insert(m.id(), i);
+    }
+    let mut by_agg: HashMap<String, Vec<(usize, usize)>> = HashMap::new();
+    for (id, i) in &last {
+        let agg = String::from_utf8(msgs[*i].key.clone()).unwrap();
+        by_agg.entry(agg).or_default().push((*i, seq_of(&msgs[*i])));
+        let _ = id;
+    }
+    for (agg, mut at) in by_agg {
+        at.sort();
+        let seqs: Vec<usize> = at.iter().map(|(_, s)| *s).collect();
+        let all: Vec<usize> = (0..total)
+            .filter(|n| refused_event(*n) == ("Invoice", agg.clone()))
+            .collect();
+        assert_eq!(seqs, all, "{agg} on {invoices}");
+    }
+    let (_, order_dups) = by_aggregate(&kafka, &orders);
+    let invoice_dups = msgs.len() - last.len();
+    if exactly_once {
+        assert_eq!((order_dups, invoice_dups), (0, 0), "duplicates");
+    }
+    println!(
+        "refused size ({}): {total} events, 0 lost, duplicates {order_dups} order / {invoice_dups} invoice, {held} held",
+        if exactly_once { "exactly-once" } else { "at-least-once" },
+    );
+}
+
+/// Raises `topic`'s `max.message.bytes` to 1,000,000.
+async fn raise_max_message_bytes(topic: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .create()
+        .unwrap();
+    let alter =
+        AlterConfig::new(ResourceSpecifier::Topic(topic)).set("max.message.bytes", "1000000");
+    let result = admin
+        .alter_configs(&[alter], &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(result.iter().all(Result::is_ok), "{result:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_over_its_topics_size_parks_only_its_aggregate() {
+    refused_size_case("park_size_alo", false).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_over_its_topics_size_parks_exactly_once() {
+    refused_size_case("park_size_eos", true).await
 }

@@ -71,7 +71,11 @@ pub struct AckContext {
     progress: Progress,
     metrics: Metrics,
     /// A topic a transaction could not add for lack of WRITE on it (see `log`).
-    denied: Arc<std::sync::Mutex<Option<String>>>,
+    denied: Arc<Mutex<Option<String>>>,
+    /// The first record Kafka refused for good: in a transaction, the records around it
+    /// fail too (purged at the abort), and the batch the acknowledgements stop at may
+    /// be one of theirs.
+    refused: Arc<Mutex<Option<crate::route::parking::Refusal>>>,
 }
 
 impl AckContext {
@@ -83,7 +87,16 @@ impl AckContext {
             progress: metrics.progress().clone(),
             metrics: metrics.clone(),
             denied: Default::default(),
+            refused: Default::default(),
         }
+    }
+
+    /// The first record Kafka refused for good, if any did.
+    pub(super) fn refused(&self) -> Option<crate::route::parking::Refusal> {
+        self.refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// A topic Kafka refused to add to a transaction because this user may not write
@@ -94,6 +107,29 @@ impl AckContext {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+}
+
+impl AckContext {
+    /// Keeps the first refusal for good: the record's first header is its event id
+    /// (`Router::headers` puts it there).
+    fn note_refusal(&self, error: &KafkaError, message: &rdkafka::message::BorrowedMessage<'_>) {
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if refused.is_some() {
+            return;
+        }
+        let id = message
+            .headers()
+            .and_then(|h| h.iter().next())
+            .and_then(|h| h.value)
+            .filter(|v| !v.is_empty());
+        if let Some(id) = id {
+            *refused = crate::sink::refusal_of(
+                crate::outbox::EventId(id.to_vec()),
+                message.topic(),
+                error,
+            );
+        }
     }
 }
 
@@ -144,6 +180,7 @@ impl ProducerContext for AckContext {
                     .rdkafka_error_code()
                     .map_or_else(|| "other".to_string(), |c| format!("{c:?}"));
                 self.errors.get_or_create(&vec![("code", code)]).inc();
+                self.note_refusal(error, message);
                 (FailureReason::Error(error.clone()), message)
             }
         };

@@ -19,6 +19,7 @@ use crate::kafka::{
     client_config, transaction_timeout_ms, transactional_config, KafkaConfig, TopicCreator,
 };
 use crate::monitor::Metrics;
+use crate::route::parking::{Refusal, RefusalScope};
 use crate::route::Record;
 use crate::sink::{Delivery, DeliveryConfig, Sink, SinkError, Transactions};
 
@@ -208,16 +209,51 @@ impl Sink for KafkaSink {
     }
 
     fn explain(&self, error: SinkError) -> SinkError {
-        match &self.transactional {
+        let error = match &self.transactional {
             Some(t) => t.explain(&self.producer, error),
             None => error,
-        }
+        };
+        self.refusal_behind(error)
     }
 
     fn transactions(&self) -> Option<&dyn Transactions> {
         self.transactional
             .as_ref()
             .map(|_| self as &dyn Transactions)
+    }
+}
+
+impl KafkaSink {
+    /// A failure with the refusal for good behind it, when Kafka refused a record and
+    /// the failure at hand is another record's: a transaction's records fail together
+    /// (`PurgeQueue`), and a topic its ACL refuses shows only in librdkafka's log.
+    fn refusal_behind(&self, error: SinkError) -> SinkError {
+        if error.refusal().is_some()
+            || matches!(
+                error,
+                SinkError::Fenced { .. } | SinkError::TransactionTimedOut { .. }
+            )
+        {
+            return error;
+        }
+        let context = self.producer.context();
+        let denied = || {
+            let topic = context.denied_topic()?;
+            let event = error.event()?;
+            Some(Refusal {
+                event_id: event.id.clone(),
+                topic: topic.into(),
+                reason: "TopicAuthorizationFailed (Broker: Topic authorization failed: a transaction could not add it)".into(),
+                scope: RefusalScope::Topic,
+            })
+        };
+        match context.refused().or_else(denied) {
+            Some(refusal) => SinkError::Refused {
+                refusal,
+                cause: Box::new(error),
+            },
+            None => error,
+        }
     }
 }
 

@@ -167,21 +167,7 @@ impl Transactional {
                     error: KafkaError::MessageProduction(code),
                 }
             }
-            _ => match (producer.context().denied_topic(), error) {
-                // The transaction's records fail with `PurgeQueue` whatever the cause: a
-                // topic it could not add is the cause.
-                (
-                    Some(topic),
-                    SinkError::Delivery { event, .. } | SinkError::Produce { event, .. },
-                ) => SinkError::Delivery {
-                    event,
-                    topic,
-                    error: KafkaError::MessageProduction(
-                        rdkafka::types::RDKafkaErrorCode::TopicAuthorizationFailed,
-                    ),
-                },
-                (_, error) => error,
-            },
+            _ => error,
         }
     }
 
