@@ -116,12 +116,21 @@ fn print_report(r: &ReconcileReport) {
         }
     );
     println!(
-        "{:<40} {:>9} {:>9} {:>8} {:>9} {:>6} {:>9} {:>12}",
-        "topic", "expected", "found", "missing", "in-flight", "dup", "misrouted", "not-in-table"
+        "{:<40} {:>9} {:>9} {:>8} {:>9} {:>6} {:>9} {:>12} {:>7} {:>7}",
+        "topic",
+        "expected",
+        "found",
+        "missing",
+        "in-flight",
+        "dup",
+        "misrouted",
+        "not-in-table",
+        "parked",
+        "dropped"
     );
     for (topic, c) in &r.topics {
         println!(
-            "{:<40} {:>9} {:>9} {:>8} {:>9} {:>6} {:>9} {:>12}",
+            "{:<40} {:>9} {:>9} {:>8} {:>9} {:>6} {:>9} {:>12} {:>7} {:>7}",
             topic,
             c.expected,
             c.found_once,
@@ -129,7 +138,15 @@ fn print_report(r: &ReconcileReport) {
             c.in_flight,
             c.duplicated,
             c.misrouted,
-            c.not_in_table
+            c.not_in_table,
+            c.parked,
+            c.dropped
+        );
+    }
+    if r.invalid_rows > 0 {
+        println!(
+            "{} row(s) of the window cannot be records: parked, each with its aggregate (`parked list`)",
+            r.invalid_rows
         );
     }
     for (what, ids) in [

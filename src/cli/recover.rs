@@ -25,8 +25,8 @@ pub(super) async fn run(config: &Config, opts: RecoverArgs) -> Result<ExitCode> 
     let report = recover(config, &recover_opts).await?;
     if report.dry_run {
         println!(
-            "dry run: {} event(s) written since unix time {} would be re-published; the checkpoint would move to {}; nothing sent, nothing changed",
-            report.events, report.since_secs, report.checkpoint
+            "dry run: {} event(s) written since unix time {} would be re-published ({} of parked aggregates to the parking topic); the checkpoint would move to {}; nothing sent, nothing changed",
+            report.events, report.since_secs, report.held, report.checkpoint
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -34,6 +34,12 @@ pub(super) async fn run(config: &Config, opts: RecoverArgs) -> Result<ExitCode> 
         "re-published {} event(s) written since unix time {} (original event ids kept)",
         report.events, report.since_secs
     );
+    if report.held > 0 {
+        println!(
+            "{} of them belong to parked aggregates: they went to the parking topic {}, behind their aggregate's parked events (`parked list`; a release delivers them in order)",
+            report.held, config.outbox.parking.topic
+        );
+    }
     match &report.fleet {
         Some(moved) => println!("checkpoint set to {}: {moved}", report.checkpoint),
         None => println!("checkpoint set to {}", report.checkpoint),

@@ -76,5 +76,15 @@ pub(super) async fn run(config: &Config, args: ReplayArgs) -> Result<ExitCode> {
             config.ops.audit_file(&config.checkpoint.dir).display()
         );
     }
+    if !report.parked.is_empty() {
+        let shown: Vec<&str> = report.parked.iter().take(20).map(String::as_str).collect();
+        eprintln!(
+            "{} selected event(s) not replayed: their aggregate is parked, and sent now they would overtake its parked events; `parked list` shows them, `parked release` delivers them in order: {}{}",
+            report.parked.len(),
+            shown.join(", "),
+            if report.parked.len() > shown.len() { " …" } else { "" }
+        );
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::checkpoint::{now_ms, Checkpoint, CheckpointStore, OperatorCommand};
 use crate::config::Config;
-use crate::pipeline::table::{republish, table_sink, TableRows};
+use crate::pipeline::table::{republish, table_sink, ParkedRows, TableRows};
 use crate::pipeline::PipelineError;
 use crate::source::snapshot::RowFilter;
 use crate::source::{self, server};
@@ -44,8 +44,12 @@ pub struct RecoverOptions {
 pub struct RecoverReport {
     /// Rows re-published (unix seconds) from this time on.
     pub since_secs: i64,
-    /// Events re-published and acknowledged (with `dry_run`: rows that would be).
+    /// Events re-published and acknowledged (with `dry_run`: rows that would be),
+    /// `held` included.
     pub events: u64,
+    /// Of them, events of parked aggregates, sent to the parking topic behind their
+    /// aggregate's parked events (`on_invalid = "park"`).
+    pub held: u64,
     /// True when nothing was sent and the checkpoint was left as it was.
     pub dry_run: bool,
     /// The new checkpoint.
@@ -91,8 +95,15 @@ pub async fn recover(
     // is newer than the last commit marker, so exactly-once mode resumes there.
     let sink = table_sink(config, opts.dry_run)?;
     let filter = RowFilter::default().since(&opts.timestamp_column, since_secs);
-    let rows = TableRows::new(filter, &resume_at);
-    let events = republish(config, &mut conn, &rows, sink.as_ref(), |_| {}).await?;
+    let mut rows = TableRows::new(filter, &resume_at);
+    // A parked aggregate's rows wait behind its parked events, as the stream would
+    // have held them: sent to their topics now, they would overtake the release.
+    rows.parked = ParkedRows::read(config, ParkedRows::hold).await?;
+    let events = republish(config, &mut conn, &mut rows, sink.as_ref(), |_| {}).await?;
+    let held = match rows.parked {
+        ParkedRows::Hold { held, .. } => held,
+        _ => 0,
+    };
     if events == 0 && !opts.dry_run && !opts.allow_empty {
         return Err(PipelineError::RecoverFoundNothing {
             since: since_secs,
@@ -116,6 +127,7 @@ pub async fn recover(
         fleet,
         since_secs,
         events,
+        held,
         dry_run: opts.dry_run,
         checkpoint: resume_at.to_string(),
     })

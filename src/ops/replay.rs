@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::audit::{AuditEntry, AuditTrail};
 use super::OpsError;
 use crate::config::Config;
-use crate::pipeline::table::{republish, table_sink, TableRows};
+use crate::pipeline::table::{republish, table_sink, ParkedRows, TableRows};
 use crate::pipeline::PipelineError;
 use crate::route::Record;
 use crate::source::snapshot::RowFilter;
@@ -111,6 +111,9 @@ pub struct ReplayReport {
     pub audit: AuditEntry,
     /// True when nothing was sent.
     pub dry_run: bool,
+    /// Selected events left out because their aggregate is parked (`on_invalid =
+    /// "park"`): replayed now they would overtake the release.
+    pub parked: Vec<String>,
 }
 
 /// Replays the selection; `listed` sees every record (a dry run prints them).
@@ -149,11 +152,15 @@ pub async fn replay(
     let mut rows = TableRows::new(opts.selection.filter(config), &position);
     rows.header = Some((config.ops.replay_header.clone(), id.into_bytes()));
     rows.rate = opts.rate;
+    // Replayed now, a parked aggregate's events would overtake its release.
+    rows.parked = ParkedRows::read(config, ParkedRows::leave_out)
+        .await
+        .map_err(|e| OpsError::Pipeline(Box::new(e)))?;
     let mut topics = BTreeSet::new();
     let mut objects = Vec::new();
     let (mut first, mut last, mut handed) = (None, None, 0u64);
     let sent = {
-        let publish = republish(config, &mut conn, &rows, sink.as_ref(), |r| {
+        let publish = republish(config, &mut conn, &mut rows, sink.as_ref(), |r| {
             let event_id = r.event.id.to_string();
             first.get_or_insert_with(|| event_id.clone());
             last = Some(event_id);
@@ -170,6 +177,10 @@ pub async fn replay(
             _ = stop.cancelled() => None,
         }
     };
+    let parked = match std::mem::take(&mut rows.parked) {
+        ParkedRows::LeaveOut { ids, .. } => ids,
+        _ => Vec::new(),
+    };
     entry.first_event_id = first;
     entry.last_event_id = last;
     entry.topics = topics.into_iter().collect();
@@ -177,10 +188,14 @@ pub async fn replay(
     // On a stop or failure the count is of records handed to Kafka, not all of them
     // acknowledged; the outcome says so.
     entry.count = handed;
+    let left_out = match parked.len() {
+        0 => String::new(),
+        n => format!("; {n} event(s) of parked aggregates left out (`parked release` delivers them in order)"),
+    };
     let (outcome, result) = match sent {
         Some(Ok(n)) => {
             entry.count = n;
-            ("completed".to_string(), Ok(()))
+            (format!("completed{left_out}"), Ok(()))
         }
         None => (
             format!("stopped by a signal after {handed} record(s) were handed to Kafka"),
@@ -199,5 +214,6 @@ pub async fn replay(
     Ok(ReplayReport {
         audit: entry,
         dry_run: opts.dry_run,
+        parked,
     })
 }

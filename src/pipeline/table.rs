@@ -15,6 +15,8 @@ use crate::config::Config;
 use crate::monitor::Metrics;
 use crate::position::Position;
 use crate::progress::CommandProgress;
+use crate::route::parking::Parking;
+use crate::route::{Batch, Router};
 use crate::sink::{NullSink, Sink};
 use crate::source::{self, server, RowChange, RowOp, Transaction};
 
@@ -22,7 +24,7 @@ use crate::source::{self, server, RowChange, RowOp, Transaction};
 const CHUNK: usize = 1000;
 
 /// Which table rows go out, and how.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct TableRows<'a> {
     /// Which rows of each outbox table.
     pub filter: source::snapshot::RowFilter,
@@ -32,6 +34,8 @@ pub(crate) struct TableRows<'a> {
     pub header: Option<(String, Vec<u8>)>,
     /// Records per second at most.
     pub rate: Option<f64>,
+    /// What happens to rows of parked aggregates.
+    pub parked: ParkedRows,
 }
 
 impl<'a> TableRows<'a> {
@@ -42,7 +46,104 @@ impl<'a> TableRows<'a> {
             position,
             header: None,
             rate: None,
+            parked: ParkedRows::Unaware,
         }
+    }
+}
+
+/// What a table read does with the rows of parked aggregates (`on_invalid = "park"`).
+#[derive(Debug, Default)]
+pub(crate) enum ParkedRows {
+    /// Nothing to keep order with: parking is off, or the read only compares.
+    #[default]
+    Unaware,
+    /// Held behind their aggregate's parked events on the parking topic, and invalid
+    /// rows parking their aggregate, as the stream would have done (`recover`: rows the
+    /// purged binlog carried); counted.
+    Hold { parking: Parking, held: u64 },
+    /// Left out, their ids kept (`replay`: sent now, they would overtake the parked
+    /// events a release delivers in order).
+    LeaveOut { parking: Parking, ids: Vec<String> },
+    /// Read to compare (`reconcile`): rows that cannot be records are counted, not a
+    /// reason to stop — parking took them out of the stream.
+    Compare { invalid: u64 },
+}
+
+impl ParkedRows {
+    /// With `on_invalid = "park"`, the parked aggregates as the parking topic holds them,
+    /// in the shape `with` makes; `Unaware` otherwise.
+    pub(crate) async fn read(
+        config: &Config,
+        with: fn(Parking) -> ParkedRows,
+    ) -> Result<ParkedRows, PipelineError> {
+        if config.outbox.on_invalid != crate::outbox::OnInvalid::Park {
+            return Ok(ParkedRows::Unaware);
+        }
+        let (kafka, parking) = (config.kafka.clone(), config.outbox.parking.clone());
+        let (set, _) =
+            tokio::task::spawn_blocking(move || crate::route::parking::load(&kafka, &parking))
+                .await
+                .map_err(|e| PipelineError::TaskFailed {
+                    task: "parking",
+                    reason: e.to_string(),
+                })??;
+        Ok(with(set))
+    }
+
+    /// `Hold` with nothing held yet.
+    pub(crate) fn hold(parking: Parking) -> Self {
+        ParkedRows::Hold { parking, held: 0 }
+    }
+
+    /// `LeaveOut` with nothing left out yet.
+    pub(crate) fn leave_out(parking: Parking) -> Self {
+        ParkedRows::LeaveOut {
+            parking,
+            ids: Vec::new(),
+        }
+    }
+
+    /// Before the invalid-row policy (which stops a table read at an invalid row):
+    /// `Hold` parks invalid rows and holds parked aggregates' events, as the stream
+    /// would; `LeaveOut` takes out every row of a parked aggregate, invalid ones too;
+    /// `Compare` counts the invalid rows instead.
+    fn apply(&mut self, router: &Router, batch: &mut Batch) -> Result<(), PipelineError> {
+        match self {
+            ParkedRows::Unaware => {}
+            ParkedRows::Hold { parking, held } => {
+                parking.divert(router, batch)?;
+                let topic = parking.topic();
+                *held += batch.records.iter().filter(|r| &*r.topic == topic).count() as u64;
+            }
+            ParkedRows::LeaveOut { parking, ids } => {
+                batch.records.retain(|r| {
+                    let parked = parking.holds(r);
+                    if parked {
+                        ids.push(r.event.id.to_string());
+                    }
+                    !parked
+                });
+                batch.invalid.retain(|bad| {
+                    let parked = bad
+                        .event
+                        .aggregate
+                        .as_deref()
+                        .is_some_and(|a| parking.holds_aggregate(a));
+                    if parked {
+                        ids.push(bad.event.event_id.as_ref().map_or_else(
+                            || format!("(no id, at {})", bad.event.position),
+                            ToString::to_string,
+                        ));
+                    }
+                    !parked
+                });
+            }
+            ParkedRows::Compare { invalid } => {
+                *invalid += batch.invalid.len() as u64;
+                batch.invalid.clear();
+            }
+        }
+        Ok(())
     }
 }
 
@@ -70,7 +171,7 @@ pub(crate) fn table_sink(config: &Config, dry_run: bool) -> Result<Box<dyn Sink>
 pub(crate) async fn read_as_records(
     config: &Config,
     conn: &mut mysql_async::Conn,
-    rows: &TableRows<'_>,
+    rows: &mut TableRows<'_>,
     inspect: impl FnMut(&crate::route::Record),
 ) -> Result<u64, PipelineError> {
     republish(config, conn, rows, &NullSink, inspect).await
@@ -81,7 +182,7 @@ pub(crate) async fn read_as_records(
 pub(crate) async fn republish(
     config: &Config,
     conn: &mut mysql_async::Conn,
-    rows: &TableRows<'_>,
+    rows: &mut TableRows<'_>,
     sink: &dyn Sink,
     mut inspect: impl FnMut(&crate::route::Record),
 ) -> Result<u64, PipelineError> {
@@ -141,6 +242,7 @@ pub(crate) async fn republish(
                 complete: true,
             };
             let mut batch = super::read::map_and_route(&mapper, &router, &metrics, txn)?;
+            rows.parked.apply(&router, &mut batch)?;
             policy.apply(&router, &metrics, &mut batch)?;
             for record in &batch.records {
                 inspect(record);
@@ -204,8 +306,8 @@ pub async fn initial_snapshot(
     let position = server::consistent_snapshot(&mut conn)
         .await?
         .ok_or(PipelineError::SnapshotUnsupported)?;
-    let rows = TableRows::new(rows, &position);
-    let events = republish(config, &mut conn, &rows, sink, |_| {}).await?;
+    let mut rows = TableRows::new(rows, &position);
+    let events = republish(config, &mut conn, &mut rows, sink, |_| {}).await?;
     conn.query_drop("COMMIT")
         .await
         .map_err(|source| source::SourceError::Query {

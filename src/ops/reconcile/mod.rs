@@ -28,7 +28,7 @@ use window::{fingerprint, id_hash, Expected, IdHash, Window};
 
 use super::OpsError;
 use crate::config::Config;
-use crate::pipeline::table::{read_as_records, TableRows};
+use crate::pipeline::table::{read_as_records, ParkedRows, TableRows};
 use crate::route::Record;
 use crate::source::snapshot::RowFilter;
 use crate::source::{self, server};
@@ -67,8 +67,12 @@ pub async fn reconcile(
     let mut row_time_ms = row_times(config, &mut conn, &filter, &opts.timestamp_column).await?;
     // Sized once: growing a map of a million entries holds the old and the new at once.
     window.events.reserve(row_time_ms.len());
-    let rows = TableRows::new(filter.clone(), &snapshot);
-    let read = read_as_records(config, &mut conn, &rows, |r: &Record| {
+    let mut rows = TableRows::new(filter.clone(), &snapshot);
+    let parking = config.outbox.on_invalid == crate::outbox::OnInvalid::Park;
+    if parking {
+        rows.parked = ParkedRows::Compare { invalid: 0 };
+    }
+    let read = read_as_records(config, &mut conn, &mut rows, |r: &Record| {
         let topic = window.topic_index(&r.topic);
         let id = id_hash(&r.event.id.0);
         // A claim-checked record carries the reference to its value, not the value.
@@ -96,6 +100,15 @@ pub async fn reconcile(
     drop(row_time_ms);
     let _ = conn.query_drop("COMMIT").await;
     read.map_err(|e| OpsError::Pipeline(Box::new(e)))?;
+    let invalid_rows = match rows.parked {
+        ParkedRows::Compare { invalid } => invalid,
+        _ => 0,
+    };
+    // Read after the rows: an event parked by then is not missing, it waits.
+    let (parked, dropped) = match parking {
+        true => parked_fates(config)?,
+        false => Default::default(),
+    };
 
     // Every row in the snapshot is acknowledged once the checkpoint is past it.
     let server_id = server::server_id(&mut conn).await?;
@@ -119,6 +132,7 @@ pub async fn reconcile(
             .as_ref()
             .map_or_else(|| "-".into(), |cp| cp.position.file_offset()),
         proven,
+        invalid_rows,
         ..Default::default()
     };
     // Records carry their commit time (whole seconds, from the binlog) or the row's own
@@ -180,6 +194,16 @@ pub async fn reconcile(
             .entry(window.topics[e.topic as usize].clone())
             .or_default();
         counts.expected += 1;
+        if e.seen == 0 && e.wrong == 0 {
+            if parked.contains(id) {
+                counts.parked += 1;
+                continue;
+            }
+            if dropped.contains(id) {
+                counts.dropped += 1;
+                continue;
+            }
+        }
         let kind = match (e.seen, e.wrong) {
             // Without a time for the row (no timestamp column), unproven is in flight.
             (0, 0) if !proven && (e.time_ms == i64::MIN || e.time_ms >= in_flight_from_ms) => {
@@ -222,4 +246,22 @@ pub async fn reconcile(
         }
     }
     Ok(report)
+}
+
+/// The event ids (hashed) the parking topic holds parked now, and those a drop settled.
+fn parked_fates(
+    config: &Config,
+) -> Result<
+    (
+        std::collections::HashSet<IdHash>,
+        std::collections::HashSet<IdHash>,
+    ),
+    OpsError,
+> {
+    let read =
+        crate::route::parking::read_all(&config.kafka, &config.outbox.parking.topic, |_| false)
+            .map_err(|e| OpsError::Pipeline(Box::new(e.into())))?;
+    let (parked, dropped) = read.fates();
+    let hashed = |ids: std::collections::HashSet<&[u8]>| ids.into_iter().map(id_hash).collect();
+    Ok((hashed(parked), hashed(dropped)))
 }

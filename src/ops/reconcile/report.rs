@@ -50,6 +50,10 @@ pub struct TopicCounts {
     pub misrouted: u64,
     /// Records in the window whose event id is in no outbox row (pruned, or not ours).
     pub not_in_table: u64,
+    /// Not found, and parked (`on_invalid = "park"`): waiting for a release, not lost.
+    pub parked: u64,
+    /// Not found, and dropped by an operator (`parked drop`): never to be delivered.
+    pub dropped: u64,
 }
 
 /// What reconcile found.
@@ -69,6 +73,9 @@ pub struct ReconcileReport {
     pub topics: BTreeMap<String, TopicCounts>,
     /// Records read from Kafka.
     pub records_scanned: u64,
+    /// Rows of the window that cannot be records (with `on_invalid = "park"`, each
+    /// parked its aggregate: `parked list`); expected on no topic.
+    pub invalid_rows: u64,
     /// Missing event ids (up to `LISTED_IDS`).
     pub missing_ids: Vec<String>,
     /// Misrouted event ids (up to `LISTED_IDS`).

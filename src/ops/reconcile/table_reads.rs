@@ -102,8 +102,8 @@ pub(super) async fn name_ids(
     report: &mut ReconcileReport,
 ) -> Result<(), OpsError> {
     let mut conn = source::connect(&config.source).await?;
-    let rows = TableRows::new(filter.clone(), snapshot);
-    read_as_records(config, &mut conn, &rows, |r| {
+    let mut rows = TableRows::new(filter.clone(), snapshot);
+    read_as_records(config, &mut conn, &mut rows, |r| {
         let list = match kinds.get(&id_hash(&r.event.id.0)) {
             Some(Kind::Missing) => &mut report.missing_ids,
             Some(Kind::Misrouted) => &mut report.misrouted_ids,

@@ -1,6 +1,8 @@
 //! The parking topic read back: every record from the first, as a `read_committed`
 //! consumer sees them (an aborted transaction's parked events were never parked).
 
+use std::collections::HashSet;
+
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use super::record::{Entry, Kind};
@@ -61,6 +63,32 @@ pub struct ReadBack {
 }
 
 impl ReadBack {
+    /// The event ids parked now, and those a drop settled without delivering them
+    /// (`reconcile` counts them apart from the missing).
+    pub fn fates(&self) -> (HashSet<&[u8]>, HashSet<&[u8]>) {
+        let mut dropped: HashSet<&[u8]> = HashSet::new();
+        let mut open: Vec<&super::Parked> = Vec::new();
+        for (entry, _) in &self.entries {
+            match entry {
+                Entry::Event(p) => open.push(p),
+                Entry::Outcome(o) if matches!(o.kind, Kind::Released | Kind::Dropped) => open
+                    .retain(|p| {
+                        let ended = p.aggregate == o.aggregate;
+                        if ended && o.kind == Kind::Dropped {
+                            dropped.extend(p.event_id.as_ref().map(|id| id.0.as_slice()));
+                        }
+                        !ended
+                    }),
+                _ => {}
+            }
+        }
+        let parked = open
+            .iter()
+            .filter_map(|p| p.event_id.as_ref().map(|id| id.0.as_slice()))
+            .collect();
+        (parked, dropped)
+    }
+
     /// The events parked now: each aggregate's since its last release or drop, in order.
     pub fn parked_now(&self) -> Vec<&super::Parked> {
         let mut out: Vec<&super::Parked> = Vec::new();

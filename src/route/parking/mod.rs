@@ -253,6 +253,18 @@ impl Parking {
         Ok(())
     }
 
+    /// Whether `record`'s aggregate is parked.
+    pub fn holds(&self, record: &Record) -> bool {
+        self.first_event_of(record).is_some()
+    }
+
+    /// Whether `aggregate` is parked.
+    pub fn holds_aggregate(&self, aggregate: &Aggregate) -> bool {
+        self.held
+            .get(&aggregate.id)
+            .is_some_and(|same| same.iter().any(|h| &h.aggregate == aggregate))
+    }
+
     /// The first parked event of the aggregate `record` belongs to, if it is parked.
     fn first_event_of(&self, record: &Record) -> Option<String> {
         let same_id = self.held.get(&record.key)?;
