@@ -57,7 +57,7 @@ impl Refusals {
             return Noted::Again;
         }
         match refusal.scope {
-            RefusalScope::Record => ledger.to_park.push(refusal),
+            RefusalScope::Record | RefusalScope::TooLarge => ledger.to_park.push(refusal),
             RefusalScope::Topic => ledger.topics.push(refusal),
         }
         Noted::Parks

@@ -82,7 +82,7 @@ pub(super) async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
                 info!(?snapshot, "stopped");
                 return Ok(());
             }
-            Err(e) if parks_refusal(ctx.config, &refusals, &e) && !shutdown.is_cancelled() => {
+            Err(e) if !shutdown.is_cancelled() && parks_refusal(ctx.config, &refusals, &e) => {
                 metrics.restart(RestartReason::Delivery);
             }
             Err(e) if e.is_transient() && !shutdown.is_cancelled() => {
@@ -198,17 +198,19 @@ async fn parked_set(
         return Ok(Some((Parking::empty(parking), None)));
     }
     let read = Instant::now();
-    crate::kafka::TopicCreator::new(&config.kafka)
-        .and_then(|c| c.ensure_kept_forever(&parking.topic, "parking"))
-        .map_err(crate::sink::SinkError::from)?;
     let (kafka, cfg) = (config.kafka.clone(), parking.clone());
-    let (set, watch_from) =
-        tokio::task::spawn_blocking(move || crate::route::parking::load(&kafka, &cfg))
-            .await
-            .map_err(|e| PipelineError::TaskFailed {
-                task: "parking",
-                reason: e.to_string(),
-            })??;
+    // Off the runtime's threads: the binlog stream opens meanwhile.
+    let (set, watch_from) = tokio::task::spawn_blocking(move || {
+        crate::kafka::TopicCreator::new(&kafka)
+            .and_then(|c| c.ensure_kept_forever(&cfg.topic, "parking"))
+            .map_err(|e| PipelineError::Sink(e.into()))?;
+        crate::route::parking::load(&kafka, &cfg).map_err(PipelineError::from)
+    })
+    .await
+    .map_err(|e| PipelineError::TaskFailed {
+        task: "parking",
+        reason: e.to_string(),
+    })??;
     metrics.set_parked(set.aggregates(), set.events(), set.oldest_ms());
     info!(topic = %parking.topic, aggregates = set.aggregates(), events = set.events(), read_ms = read.elapsed().as_millis() as u64, "parked aggregates read back from the parking topic: their events keep going there, in order");
     Ok(Some((set, Some(watch_from))))
@@ -299,14 +301,6 @@ async fn run_once(ctx: &Ctx<'_>, refusals: &Refusals) -> Result<(), PipelineErro
     let sink = sink.as_ref();
     let sink_ready = phases.elapsed();
     let checkpoint = resume::start_position(config, store, &mut conn, flavor, sink).await?;
-    // After the start position (and, exactly-once, the fence): the parked set read now
-    // covers every position this run may resume from.
-    let mut parking = parked_set(config, sink_kind, metrics).await?;
-    if let Some((set, _)) = parking.as_mut() {
-        for refusal in refusals.to_park() {
-            set.refuse(refusal);
-        }
-    }
     let positioned = phases.elapsed();
     metrics.set_checkpoint(&checkpoint);
     let resume = source::ResumeAt {
@@ -314,9 +308,20 @@ async fn run_once(ctx: &Ctx<'_>, refusals: &Refusals) -> Result<(), PipelineErro
         server_id: checkpoint.server_id,
         delivered_through: checkpoint.delivered_through.clone(),
     };
-    let Some(stream) =
-        source::open_stream(&config.source, conn, flavor, resume, &tables, shutdown).await?
-    else {
+    // After the start position (and, exactly-once, the fence): the parked set read now
+    // covers every position this run may resume from. It is read while the binlog
+    // stream opens; nothing is read from the stream before both are there.
+    let (parking, stream) = tokio::join!(
+        parked_set(config, sink_kind, metrics),
+        source::open_stream(&config.source, conn, flavor, resume, &tables, shutdown)
+    );
+    let mut parking = parking?;
+    if let Some((set, _)) = parking.as_mut() {
+        for refusal in refusals.to_park() {
+            set.refuse(refusal);
+        }
+    }
+    let Some(stream) = stream? else {
         return Ok(());
     };
     let source::Stream {

@@ -173,7 +173,8 @@ pub(crate) fn refusal_of(event_id: EventId, topic: &str, error: &KafkaError) -> 
     let code = error.rdkafka_error_code()?;
     let scope = match code {
         TopicAuthorizationFailed => RefusalScope::Topic,
-        MessageSizeTooLarge | InvalidRecord => RefusalScope::Record,
+        MessageSizeTooLarge => RefusalScope::TooLarge,
+        InvalidRecord => RefusalScope::Record,
         _ => return None,
     };
     Some(Refusal {

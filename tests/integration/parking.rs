@@ -1057,6 +1057,17 @@ async fn refused_size_case(name: &str, exactly_once: bool) {
     wait_ids(&kafka, &orders, first * 4 / 5, &router);
     wait_ids(&kafka, &invoices, first / 5 - held, &router);
     wait_ids(&kafka, &parked, held, &router);
+    // Parked by reference: the row's table and event id, not the value Kafka refused.
+    let large = kafka
+        .read_all(std::slice::from_ref(&parked))
+        .into_iter()
+        .find(|m| m.id() == format!("s-{TOO_LARGE}"))
+        .expect("the large event is parked");
+    assert!(
+        large.payload.as_deref().unwrap_or_default().is_empty(),
+        "parked with its value"
+    );
+    assert!(large.headers.contains_key("parked.value_omitted"));
     let list = setup.cli(&["parked", "list", "--json"]);
     let listed: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");

@@ -129,7 +129,7 @@ impl Parking {
     /// on (records read again from before the refused one may have been refused too).
     pub fn refuse(&mut self, refusal: Refusal) {
         match refusal.scope {
-            RefusalScope::Record => self.refusals.push(refusal),
+            RefusalScope::Record | RefusalScope::TooLarge => self.refusals.push(refusal),
             RefusalScope::Topic => {
                 let reason = refusal.reason();
                 self.refused_topics.insert(refusal.topic, reason);
@@ -240,8 +240,12 @@ impl Parking {
                     let reason = format!("held behind event {first} of its aggregate");
                     out.push(self.hold(record, reason)?);
                 }
-                (None, Some(reason)) => {
-                    out.push(self.park_refused(record, reason, commit_time_ms, &end)?)
+                (None, Some((reason, omit))) => {
+                    let parked = self.park_refused(record, reason, commit_time_ms, &end)?;
+                    out.push(match omit {
+                        true => without_value(parked),
+                        false => parked,
+                    })
                 }
                 (None, None) => out.push(record),
             }
@@ -342,7 +346,7 @@ impl Parking {
     /// Why Kafka refuses `record`, when an earlier run met its refusal: its own event
     /// (the refusal is then taken: it happened once), or any record for a topic that
     /// refuses them all. The router's own records never park.
-    fn refused(&mut self, record: &Record) -> Option<String> {
+    fn refused(&mut self, record: &Record) -> Option<(String, bool)> {
         if (self.refusals.is_empty() && self.refused_topics.is_empty())
             || record.event.aggregate_type.is_none()
         {
@@ -353,9 +357,13 @@ impl Parking {
             .iter()
             .position(|r| r.event_id == record.event.id)
         {
-            return Some(self.refusals.swap_remove(i).reason());
+            let refusal = self.refusals.swap_remove(i);
+            let omit = refusal.scope == RefusalScope::TooLarge;
+            return Some((refusal.reason(), omit));
         }
-        self.refused_topics.get(&record.topic).cloned()
+        self.refused_topics
+            .get(&record.topic)
+            .map(|reason| (reason.clone(), false))
     }
 
     /// `record`, refused by Kafka, as the first parked event of its aggregate (sent as
@@ -504,6 +512,18 @@ impl Parking {
         }
         self.events += 1;
     }
+}
+
+/// A parked record without its value, which Kafka refused as too large: its headers
+/// name the row (`parked.table`, `parked.event_id`), which a release reads again.
+fn without_value(mut record: Record) -> Record {
+    if record.value.take().is_some() {
+        record.headers.push((
+            record::VALUE_OMITTED.to_string(),
+            b"too large for its topic: a release reads the row again".to_vec(),
+        ));
+    }
+    record
 }
 
 #[cfg(test)]

@@ -63,6 +63,8 @@ pub(crate) const REASON: &str = "parked.reason";
 pub(crate) const TOPIC: &str = "parked.topic";
 pub(crate) const PARTITION: &str = "parked.partition";
 pub(crate) const REQUEST: &str = "parked.request";
+/// On an event parked without its value (Kafka refused it as too large): why.
+pub(crate) const VALUE_OMITTED: &str = "parked.value_omitted";
 
 /// The `parked.*` headers of a parked event.
 pub(crate) struct Labels<'a> {

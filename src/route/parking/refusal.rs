@@ -30,8 +30,12 @@ pub struct Refusal {
 /// What a refusal covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RefusalScope {
-    /// The record itself (its size, its content).
+    /// The record itself (its content).
     Record,
+    /// The record, too large for its topic: parked without its value, which the
+    /// parking topic may refuse too — the parked copy names the row, and a release
+    /// reads the row again.
+    TooLarge,
     /// Every record for its topic (the router may not write there).
     Topic,
 }
@@ -42,6 +46,10 @@ impl Refusal {
         match self.scope {
             RefusalScope::Record => format!(
                 "Kafka refused the record for topic {}: {}",
+                self.topic, self.reason
+            ),
+            RefusalScope::TooLarge => format!(
+                "Kafka refused the record for topic {} as too large: {}; parked without its value (a release reads the row again)",
                 self.topic, self.reason
             ),
             RefusalScope::Topic => format!(

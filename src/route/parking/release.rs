@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 
 use super::load::RawRecord;
-use super::record::{outcome_headers, Kind, Parked, PARTITION, TOPIC};
+use super::record::{outcome_headers, Kind, Parked, PARTITION, TOPIC, VALUE_OMITTED};
 use crate::outbox::{Aggregate, EventId};
 use crate::route::{EventRef, Record};
 
@@ -48,29 +48,38 @@ pub fn release_records(
                     copy.parked.position
                 ))
             }
-            None => from_copy(copy, id).ok_or_else(|| {
-                format!(
-                    "event {id} (at {}) is gone from its table and was parked as the row that could not be a record, not as one; restore the row, or `parked drop` the aggregate",
-                    copy.parked.position
-                )
-            })?,
+            None => from_copy(copy, id)?,
         };
         out.push(record);
     }
     Ok(out)
 }
 
-/// A held event's parked copy as the record it was going to be: its destination, its
-/// own headers (the `parked.*` ones off), key, value and timestamp as they were.
-fn from_copy(copy: &ParkedCopy, id: &EventId) -> Option<Record> {
-    if copy.parked.kind != Kind::Held {
-        return None;
-    }
-    let topic = copy.parked.topic.as_deref()?;
+/// A held event's parked copy as the record it was going to be (its row is gone): its
+/// destination, its own headers (the `parked.*` ones off), key, value and timestamp as
+/// they were; `Err` says why a copy cannot stand in for its row.
+fn from_copy(copy: &ParkedCopy, id: &EventId) -> Result<Record, String> {
+    let gone = |what: &str| {
+        format!(
+            "event {id} (at {}) is gone from its table and was parked {what}; restore the row, or `parked drop` the aggregate",
+            copy.parked.position
+        )
+    };
     let header = |name: &str| copy.raw.headers.iter().find(|(k, _)| k == name);
+    if copy.parked.kind != Kind::Held {
+        return Err(gone("as the row that could not be a record, not as one"));
+    }
+    if header(VALUE_OMITTED).is_some() {
+        return Err(gone("without its value (Kafka refused it as too large)"));
+    }
+    let topic = copy
+        .parked
+        .topic
+        .as_deref()
+        .ok_or_else(|| gone("without its destination"))?;
     let partition = header(PARTITION).and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok());
     debug_assert!(header(TOPIC).is_some());
-    Some(Record {
+    Ok(Record {
         topic: topic.into(),
         key: copy.raw.key.clone(),
         value: copy.raw.value.clone(),

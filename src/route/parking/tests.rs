@@ -229,3 +229,78 @@ fn a_release_settles_what_is_read_again_from_before_it() {
         .collect();
     assert_eq!(ids, ["parked:a9", "parked:a10"]);
 }
+
+fn refusal(id: &str, scope: RefusalScope) -> Refusal {
+    Refusal {
+        event_id: EventId(id.as_bytes().to_vec()),
+        topic: "t.Order".into(),
+        reason: "refused".into(),
+        scope,
+    }
+}
+
+#[test]
+fn a_refused_record_parks_its_aggregate_from_that_event_on() {
+    let router = router();
+    let mut parking = Parking::empty(&config(10, 100));
+    parking.refuse(refusal("a2", RefusalScope::TooLarge));
+    let mut b = batch(
+        &router,
+        vec![
+            Ok(event("A", "a1")),
+            Ok(event("A", "a2")),
+            Ok(event("B", "b1")),
+            Ok(event("A", "a3")),
+        ],
+    );
+    parking.divert(&router, &mut b).unwrap();
+    let pair = |t: &str, id: &str| (t.to_string(), id.to_string());
+    assert_eq!(
+        shape(&b),
+        [
+            pair("t.Order", "a1"),
+            pair("parked", "a2"),
+            pair("t.Order", "b1"),
+            pair("parked", "a3"),
+        ]
+    );
+    // Too large for its topic: parked without its value, saying so; the next one whole.
+    assert_eq!(b.records[1].value, None);
+    assert!(b.records[1]
+        .headers
+        .iter()
+        .any(|(k, _)| k == "parked.value_omitted"));
+    assert!(b.records[3].value.is_some());
+    let first = parked(&b.records[1]);
+    assert_eq!(first.kind, Kind::Held);
+    assert!(first.reason.contains("as too large"), "{}", first.reason);
+    // Met once: the same id read again is an event of a parked aggregate, no more.
+    assert_eq!((parking.aggregates(), parking.events()), (1, 2));
+}
+
+#[test]
+fn a_refused_topic_parks_every_aggregate_with_an_event_for_it_until_a_release() {
+    let router = router();
+    let mut parking = Parking::empty(&config(10, 100));
+    parking.refuse(refusal("a9", RefusalScope::Topic));
+    let mut b = batch(&router, vec![Ok(event("A", "a1")), Ok(event("B", "b1"))]);
+    parking.divert(&router, &mut b).unwrap();
+    assert!(b.records.iter().all(|r| &*r.topic == "parked"));
+    assert_eq!(parking.aggregates(), 2);
+    assert!(parked(&b.records[0])
+        .reason
+        .contains("every record for topic t.Order"));
+    // A release Kafka took ends the topic's refusal: a new aggregate flows.
+    let a = parked(&b.records[0]).aggregate;
+    let at = Position::new(BinlogFile::new("mysql-bin.000001").unwrap(), 4).unwrap();
+    parking.unpark(&a, Some(at));
+    let mut next = batch(&router, vec![Ok(event("C", "c1")), Ok(event("B", "b2"))]);
+    parking.divert(&router, &mut next).unwrap();
+    assert_eq!(
+        shape(&next),
+        [
+            ("t.Order".to_string(), "c1".to_string()),
+            ("parked".to_string(), "b2".to_string())
+        ]
+    );
+}

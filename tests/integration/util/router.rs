@@ -155,7 +155,13 @@ impl RouterSetup {
             }
             merge(at, extra);
         }
-        std::fs::write(&path, toml::to_string(&config).unwrap()).unwrap();
+        // Written whole under another name, then renamed: a router starting meanwhile
+        // reads the old file or the new one, never a half-written one.
+        static WRITES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = path.with_extension(format!("toml.{n}.tmp"));
+        std::fs::write(&tmp, toml::to_string(&config).unwrap()).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
         path
     }
 
