@@ -24,6 +24,13 @@ pub struct TopicCreator {
     create: bool,
 }
 
+impl Drop for TopicCreator {
+    /// The admin client's last handle closes in the background (`close_in_background`).
+    fn drop(&mut self) {
+        super::close_in_background(self.admin.clone());
+    }
+}
+
 /// Errors of topic creation that no retry fixes: the operator must act.
 fn needs_operator(code: RDKafkaErrorCode) -> bool {
     use RDKafkaErrorCode::*;

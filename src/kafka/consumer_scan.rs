@@ -16,6 +16,17 @@ use crate::progress::CommandProgress;
 /// A partition that makes no progress this long stops the scan.
 const STALL: Duration = Duration::from_secs(60);
 
+/// A consumer closed in the background when dropped (`close_in_background`).
+struct Detached(Option<BaseConsumer>);
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        if let Some(consumer) = self.0.take() {
+            super::close_in_background(consumer);
+        }
+    }
+}
+
 /// What a scan read.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Scanned {
@@ -43,6 +54,8 @@ pub fn scan(
     };
     let mut c = super::consumer_config(cfg);
     c.set("group.id", "outbox-router-reconcile")
+        // A topic that does not exist is read as empty, never created by the lookup.
+        .set("allow.auto.create.topics", "false")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         // Hundreds of partitions are read at once: bound what is fetched ahead (librdkafka
@@ -55,7 +68,8 @@ pub fn scan(
             .create_with_context(DefaultConsumerContext)
             .map_err(|e| failed(e.to_string()))
     };
-    let reader = consumer("read_committed")?;
+    let reader = Detached(Some(consumer("read_committed")?));
+    let reader = reader.0.as_ref().expect("set above");
     let mut all = TopicPartitionList::new();
     let mut scanned = Scanned::default();
     for topic in topics {
@@ -81,7 +95,10 @@ pub fn scan(
     }
     // The end as written, not the last stable offset a read_committed query answers
     // (an open transaction elsewhere would hide our records behind it).
-    let ends_list = consumer("read_uncommitted")?
+    let ends_list = Detached(Some(consumer("read_uncommitted")?))
+        .0
+        .as_ref()
+        .expect("set above")
         .offsets_for_times(all.clone(), Duration::from_secs(30))
         .map_err(|e| failed(format!("end offsets: {e}")))?;
     let mut ends: HashMap<(String, i32), i64> = HashMap::new();

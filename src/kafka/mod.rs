@@ -146,3 +146,10 @@ pub fn consumer_config(cfg: &KafkaConfig) -> ClientConfig {
     c.set("log_level", "3");
     c
 }
+
+/// Drops a librdkafka client on a thread of its own: its destroy waits for the client's
+/// threads (about 100 ms each here), and a start that looks a topic up or reads an
+/// empty one would wait for every client it used.
+pub(crate) fn close_in_background<T: Send + 'static>(client: T) {
+    std::thread::spawn(move || drop(client));
+}

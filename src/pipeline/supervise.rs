@@ -199,7 +199,6 @@ async fn parked_set(
     }
     let read = Instant::now();
     let (kafka, cfg) = (config.kafka.clone(), parking.clone());
-    // Off the runtime's threads: the binlog stream opens meanwhile.
     let (set, watch_from) = tokio::task::spawn_blocking(move || {
         crate::kafka::TopicCreator::new(&kafka)
             .and_then(|c| c.ensure_kept_forever(&cfg.topic, "parking"))
@@ -301,6 +300,14 @@ async fn run_once(ctx: &Ctx<'_>, refusals: &Refusals) -> Result<(), PipelineErro
     let sink = sink.as_ref();
     let sink_ready = phases.elapsed();
     let checkpoint = resume::start_position(config, store, &mut conn, flavor, sink).await?;
+    // After the start position (and, exactly-once, the fence): the parked set read now
+    // covers every position this run may resume from.
+    let mut parking = parked_set(config, sink_kind, metrics).await?;
+    if let Some((set, _)) = parking.as_mut() {
+        for refusal in refusals.to_park() {
+            set.refuse(refusal);
+        }
+    }
     let positioned = phases.elapsed();
     metrics.set_checkpoint(&checkpoint);
     let resume = source::ResumeAt {
@@ -308,20 +315,9 @@ async fn run_once(ctx: &Ctx<'_>, refusals: &Refusals) -> Result<(), PipelineErro
         server_id: checkpoint.server_id,
         delivered_through: checkpoint.delivered_through.clone(),
     };
-    // After the start position (and, exactly-once, the fence): the parked set read now
-    // covers every position this run may resume from. It is read while the binlog
-    // stream opens; nothing is read from the stream before both are there.
-    let (parking, stream) = tokio::join!(
-        parked_set(config, sink_kind, metrics),
-        source::open_stream(&config.source, conn, flavor, resume, &tables, shutdown)
-    );
-    let mut parking = parking?;
-    if let Some((set, _)) = parking.as_mut() {
-        for refusal in refusals.to_park() {
-            set.refuse(refusal);
-        }
-    }
-    let Some(stream) = stream? else {
+    let Some(stream) =
+        source::open_stream(&config.source, conn, flavor, resume, &tables, shutdown).await?
+    else {
         return Ok(());
     };
     let source::Stream {
