@@ -865,24 +865,7 @@ async fn write_refused(db: &str, from: usize, to: usize, pad: usize) {
 
 /// Waits until `topic` holds `n` distinct event ids.
 fn wait_ids(kafka: &Kafka, topic: &str, n: usize, who: &RouterProcess) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let ids: HashSet<String> = kafka
-            .read_all(&[topic.to_string()])
-            .iter()
-            .map(Msg::id)
-            .collect();
-        if ids.len() >= n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} of {n} events on {topic}:\n{}",
-            ids.len(),
-            who.log()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    wait_all(kafka, &[topic.to_string()], n, who)
 }
 
 /// Each aggregate's events on `topic` (first copies, in offset order), and duplicates.
@@ -900,6 +883,63 @@ fn by_aggregate(kafka: &Kafka, topic: &str) -> (HashMap<String, Vec<usize>>, usi
         out.entry(agg).or_default().push(seq_of(m));
     }
     (out, duplicates)
+}
+
+/// `parked list` holds exactly `ids`, the reason naming `why`.
+fn assert_parked(setup: &RouterSetup, ids: &[&str], why: &str) {
+    let list = setup.cli(&["parked", "list", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let mut parked: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_str().unwrap())
+        .collect();
+    parked.sort();
+    assert_eq!(parked, ids, "{listed}");
+    assert!(listed.to_string().contains(why), "{listed}");
+}
+
+/// A release of `i-0` while Kafka still refuses: answered as refused (exit 1), naming
+/// `why`; the router goes on.
+fn release_refused(setup: &RouterSetup, router: &RouterProcess, why: &str) {
+    let out = setup.cli(&[
+        "parked",
+        "release",
+        "i-0",
+        "--reason",
+        "too early",
+        "--wait",
+        "90",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(1), "{text}\n{}", router.log());
+    assert!(text.contains("refused") && text.contains(why), "{text}");
+}
+
+/// Once the cause is fixed: the release of `ids` done, the refused-topic events
+/// `first..total` written and delivered, the router stopped.
+async fn release_then_the_rest(
+    setup: &RouterSetup,
+    router: &mut RouterProcess,
+    ids: &[&str],
+    (first, total): (usize, usize),
+) {
+    let mut args = vec!["parked", "release", "--reason", "fixed", "--wait", "120"];
+    args.extend(ids);
+    let out = setup.cli(&args);
+    assert!(
+        out.status.success(),
+        "{}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        router.log()
+    );
+    write_refused(&setup.db, first, total, 0).await;
+    let kafka = Kafka::local();
+    wait_ids(&kafka, &setup.topic("Order"), total * 4 / 5, router);
+    wait_ids(&kafka, &setup.topic("Invoice"), total / 5, router);
+    router.stop(Duration::from_secs(30));
 }
 
 /// A topic the router's Kafka user may not write to (dave: every ACL, but WRITE on the
@@ -953,47 +993,21 @@ async fn refused_topic_case(name: &str, exactly_once: bool) {
     write_refused(&setup.db, 0, first, 0).await;
     wait_ids(&kafka, &orders, first * 4 / 5, &router);
     wait_ids(&kafka, &parked, first / 5, &router);
-    let list = setup.cli(&["parked", "list", "--json"]);
-    let listed: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
-    assert_eq!(listed.as_array().unwrap().len(), 5, "{listed}");
-    assert!(
-        listed.to_string().contains("TopicAuthorizationFailed"),
-        "{listed}"
+    assert_parked(
+        &setup,
+        &["i-0", "i-1", "i-2", "i-3", "i-4"],
+        "TopicAuthorizationFailed",
     );
-
     // Still refused: the release is answered so, and the router goes on.
-    let out = setup.cli(&[
-        "parked",
-        "release",
-        "i-0",
-        "--reason",
-        "too early",
-        "--wait",
-        "90",
-    ]);
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert_eq!(out.status.code(), Some(1), "{text}\n{}", router.log());
-    assert!(
-        text.contains("refused") && text.contains("TopicAuthorizationFailed"),
-        "{text}"
-    );
-
+    release_refused(&setup, &router, "TopicAuthorizationFailed");
     kafka_acl(&[&["--remove"][..], &deny[..]].concat());
-    let mut args = vec!["parked", "release", "--reason", "granted", "--wait", "120"];
-    let ids: Vec<String> = (0..5).map(|i| format!("i-{i}")).collect();
-    args.extend(ids.iter().map(String::as_str));
-    let out = setup.cli(&args);
-    assert!(
-        out.status.success(),
-        "{}{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        router.log()
-    );
-    write_refused(&setup.db, first, total, 0).await;
-    wait_ids(&kafka, &orders, total * 4 / 5, &router);
-    wait_ids(&kafka, &invoices, total / 5, &router);
-    router.stop(Duration::from_secs(30));
+    release_then_the_rest(
+        &setup,
+        &mut router,
+        &["i-0", "i-1", "i-2", "i-3", "i-4"],
+        (first, total),
+    )
+    .await;
 
     let (on_orders, order_dups) = by_aggregate(&kafka, &orders);
     let (on_invoices, invoice_dups) = by_aggregate(&kafka, &invoices);
@@ -1068,47 +1082,10 @@ async fn refused_size_case(name: &str, exactly_once: bool) {
         "parked with its value"
     );
     assert!(large.headers.contains_key("parked.value_omitted"));
-    let list = setup.cli(&["parked", "list", "--json"]);
-    let listed: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
-    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
-    assert!(
-        listed.to_string().contains("MessageSizeTooLarge") && listed.to_string().contains("i-0"),
-        "{listed}"
-    );
-    let out = setup.cli(&[
-        "parked",
-        "release",
-        "i-0",
-        "--reason",
-        "too early",
-        "--wait",
-        "90",
-    ]);
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert_eq!(out.status.code(), Some(1), "{text}\n{}", router.log());
-    assert!(text.contains("MessageSizeTooLarge"), "{text}");
-
+    assert_parked(&setup, &["i-0"], "MessageSizeTooLarge");
+    release_refused(&setup, &router, "MessageSizeTooLarge");
     raise_max_message_bytes(&invoices).await;
-    let out = setup.cli(&[
-        "parked",
-        "release",
-        "i-0",
-        "--reason",
-        "limit raised",
-        "--wait",
-        "120",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        router.log()
-    );
-    write_refused(&setup.db, first, total, 0).await;
-    wait_ids(&kafka, &orders, total * 4 / 5, &router);
-    wait_ids(&kafka, &invoices, total / 5, &router);
-    router.stop(Duration::from_secs(30));
+    release_then_the_rest(&setup, &mut router, &["i-0"], (first, total)).await;
 
     let mut msgs = kafka.read_all(std::slice::from_ref(&invoices));
     msgs.sort_by_key(|m| (m.partition, m.offset));
