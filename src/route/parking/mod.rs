@@ -294,35 +294,22 @@ impl Parking {
             .event_id
             .as_ref()
             .map_or_else(|| "(no id)".to_string(), ToString::to_string);
-        let known = self
-            .held
-            .get(&aggregate.id)
-            .is_some_and(|same| same.iter().any(|h| h.aggregate == aggregate));
-        if !known {
+        if !self.holds_aggregate(&aggregate) {
             if let Some(at) = self.settled_before(&aggregate, end) {
                 warn!(error = %bad, %aggregate, released_or_dropped_at = %at, "invalid event read again from before its aggregate was released or dropped: that settled it, so it is not parked again");
                 return Ok(None);
             }
-            if self.aggregates >= self.max_aggregates {
-                return Err(ParkingError::Full {
-                    what: "aggregates",
-                    key: "max_aggregates",
-                    limit: self.max_aggregates,
-                    at: bad.to_string(),
-                });
-            }
-            warn!(error = %bad, %aggregate, topic = %self.topic, "aggregate parked: this event and every later one of the aggregate go to the parking topic in order; every other aggregate goes on");
-            self.aggregates += 1;
-            self.held
-                .entry(aggregate.id.clone())
-                .or_default()
-                .push(Held {
+            self.start_parking(
+                Held {
                     aggregate: aggregate.clone(),
                     events: 0,
                     since_ms: commit_time_ms,
                     reason: bad.reason.clone(),
                     first_event: event,
-                });
+                },
+                || bad.to_string(),
+            )?;
+            warn!(error = %bad, %aggregate, topic = %self.topic, "aggregate parked: this event and every later one of the aggregate go to the parking topic in order; every other aggregate goes on");
         } else {
             warn!(error = %bad, %aggregate, "invalid event of a parked aggregate parked behind the others");
         }
@@ -384,30 +371,47 @@ impl Parking {
             warn!(event = %record.event.id, %aggregate, released_or_dropped_at = %at, "refused record read again from before its aggregate was released or dropped: that settled it, so it is sent, not parked");
             return Ok(record);
         }
+        let at = || {
+            format!(
+                "event {} of {aggregate} at {}: {reason}",
+                record.event.id, record.event.position
+            )
+        };
+        self.start_parking(
+            Held {
+                aggregate: aggregate.clone(),
+                events: 0,
+                since_ms: commit_time_ms,
+                reason: reason.clone(),
+                first_event: record.event.id.to_string(),
+            },
+            at,
+        )?;
+        warn!(event = %record.event.id, %aggregate, position = %record.event.position, %reason, topic = %self.topic, "aggregate parked: Kafka refused its record; this event and every later one of the aggregate go to the parking topic in order; every other aggregate goes on");
+        self.hold(record, reason)
+    }
+
+    /// Parks `first`'s aggregate, within `max_aggregates` (`at` names the event for the
+    /// error); its events are counted as they come.
+    fn start_parking(
+        &mut self,
+        first: Held,
+        at: impl FnOnce() -> String,
+    ) -> Result<(), ParkingError> {
         if self.aggregates >= self.max_aggregates {
             return Err(ParkingError::Full {
                 what: "aggregates",
                 key: "max_aggregates",
                 limit: self.max_aggregates,
-                at: format!(
-                    "event {} of {aggregate} at {}: {reason}",
-                    record.event.id, record.event.position
-                ),
+                at: at(),
             });
         }
-        warn!(event = %record.event.id, %aggregate, position = %record.event.position, %reason, topic = %self.topic, "aggregate parked: Kafka refused its record; this event and every later one of the aggregate go to the parking topic in order; every other aggregate goes on");
         self.aggregates += 1;
         self.held
-            .entry(aggregate.id.clone())
+            .entry(first.aggregate.id.clone())
             .or_default()
-            .push(Held {
-                aggregate,
-                events: 0,
-                since_ms: commit_time_ms,
-                reason: reason.clone(),
-                first_event: record.event.id.to_string(),
-            });
-        self.hold(record, reason)
+            .push(first);
+        Ok(())
     }
 
     /// Where `aggregate` was released or dropped, when that covers a transaction ending
