@@ -170,11 +170,7 @@ async fn values_of_every_size_in_one_transaction_read_back_byte_for_byte() {
     );
 
     // reconcile compares a claim-checked record's reference with the one its row gets.
-    let since = (std::time::SystemTime::now() - Duration::from_secs(300))
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        .to_string();
+    let since = unix_secs_ago(300);
     let out = setup.cli(&["reconcile", "--json", "--since", &since]);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("reconcile: {e}: {}", String::from_utf8_lossy(&out.stderr)));

@@ -397,11 +397,7 @@ async fn reconcile_finds_exactly_the_holes_made_and_republishes_them() {
     let (mut conn, setup) = fresh("reconcile").await;
     let db = setup.db.clone();
     let topic = setup.topic("Order");
-    let since = (std::time::SystemTime::now() - Duration::from_secs(60))
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        .to_string();
+    let since = unix_secs_ago(60);
     let mut router = setup.start_router();
     deliver(&mut conn, &db, &topic, "c", 200, 10, 20).await;
     let (clean, report) = reconcile(&setup, &["--since", &since]);

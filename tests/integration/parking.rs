@@ -942,19 +942,9 @@ async fn release_then_the_rest(
     router.stop(Duration::from_secs(30));
 }
 
-/// A topic the router's Kafka user may not write to (dave: every ACL, but WRITE on the
-/// invoices' topic denied): each invoice aggregate parks from its first refused event on
-/// while every order flows; a release while the topic still refuses is answered as
-/// refused (the router goes on); once WRITE is granted, a release delivers the invoices
-/// in order, once in exactly-once mode, and their later events follow straight.
-async fn refused_topic_case(name: &str, exactly_once: bool) {
-    let _settings = SERVER_SETTINGS.read().await;
-    let (_conn, mut setup) = fresh(name).await;
-    let parked = parking(&mut setup);
-    if exactly_once {
-        setup.delivery(Some(&exactly_once_delivery(name, true)));
-    }
-    let (orders, invoices) = (setup.topic("Order"), setup.topic("Invoice"));
+/// Every ACL for dave, but WRITE on `topic`: the `--deny-principal …` arguments, for
+/// removing the denial again.
+fn deny_dave_writes(topic: &str) -> [String; 6] {
     kafka_acl(&[
         "--add",
         "--allow-principal",
@@ -975,18 +965,42 @@ async fn refused_topic_case(name: &str, exactly_once: bool) {
         "--operation",
         "Write",
         "--topic",
-        invoices.as_str(),
-    ];
-    kafka_acl(&[&["--add"][..], &deny[..]].concat());
-    setup.kafka_bootstrap = kafka_sasl_bootstrap();
-    for (k, v) in [
+        topic,
+    ]
+    .map(String::from);
+    kafka_acl(&[&["--add"][..], &deny.each_ref().map(String::as_str)[..]].concat());
+    deny
+}
+
+/// Client properties of the router as dave (SASL/PLAIN, `kafka_sasl_bootstrap`).
+fn as_dave() -> Vec<(String, String)> {
+    [
         ("security.protocol", "SASL_PLAINTEXT"),
         ("sasl.mechanism", "PLAIN"),
         ("sasl.username", "dave"),
         ("sasl.password", "dave-secret"),
-    ] {
-        setup.kafka_properties.push((k.into(), v.into()));
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// A topic the router's Kafka user may not write to (dave: every ACL, but WRITE on the
+/// invoices' topic denied): each invoice aggregate parks from its first refused event on
+/// while every order flows; a release while the topic still refuses is answered as
+/// refused (the router goes on); once WRITE is granted, a release delivers the invoices
+/// in order, once in exactly-once mode, and their later events follow straight.
+async fn refused_topic_case(name: &str, exactly_once: bool) {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (_conn, mut setup) = fresh(name).await;
+    let parked = parking(&mut setup);
+    if exactly_once {
+        setup.delivery(Some(&exactly_once_delivery(name, true)));
     }
+    let (orders, invoices) = (setup.topic("Order"), setup.topic("Invoice"));
+    let deny = deny_dave_writes(&invoices);
+    setup.kafka_bootstrap = kafka_sasl_bootstrap();
+    setup.kafka_properties.extend(as_dave());
     let kafka = Kafka::local();
     let mut router = setup.start_router();
     let (first, total) = (2_000, 3_000);
@@ -1000,7 +1014,7 @@ async fn refused_topic_case(name: &str, exactly_once: bool) {
     );
     // Still refused: the release is answered so, and the router goes on.
     release_refused(&setup, &router, "TopicAuthorizationFailed");
-    kafka_acl(&[&["--remove"][..], &deny[..]].concat());
+    kafka_acl(&[&["--remove"][..], &deny.each_ref().map(String::as_str)[..]].concat());
     release_then_the_rest(
         &setup,
         &mut router,
@@ -1163,11 +1177,7 @@ async fn reconcile_replay_and_recover_know_parked_rows() {
     let destination = setup.topic("Order");
     let topics = [destination.clone(), parked.clone()];
     let kafka = Kafka::local();
-    let since = (std::time::SystemTime::now() - Duration::from_secs(60))
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        .to_string();
+    let since = unix_secs_ago(60);
     let mut router = setup.start_router();
     let first_part = total - AGGREGATES;
     write_events(&setup.db, 0, first_part, total).await;
@@ -1252,4 +1262,81 @@ async fn reconcile_replay_and_recover_know_parked_rows() {
     router.stop(Duration::from_secs(30));
     let duplicates = check_released(&kafka, &destination, total);
     println!("parked rows through reconcile, replay, recover and a release: {total} events, 0 lost, {duplicates} duplicates (recover re-publishes at least once)");
+}
+
+/// Standby shape, both orders: the leader, denied WRITE on the invoices' topic, parks
+/// the invoice aggregates and is killed -9; the standby, which never led and never met
+/// the refusal, parks the later invoice events (the parked set from Kafka, the refusal
+/// met again for itself) and carries out the release once WRITE is granted: every event
+/// once (exactly-once), each aggregate in order.
+async fn refused_topic_standby(name: &str, b_first: bool) {
+    let _settings = SERVER_SETTINGS.read().await;
+    let mut p = crate::standby::pair_on(name, kafka_sasl_bootstrap(), as_dave()).await;
+    if b_first {
+        std::mem::swap(&mut p.a, &mut p.b);
+    }
+    let parked = parking(&mut p.a);
+    assert_eq!(parking(&mut p.b), parked);
+    let (orders, invoices) = (p.a.topic("Order"), p.a.topic("Invoice"));
+    let deny = deny_dave_writes(&invoices);
+    let kafka = Kafka::local();
+    let mut a = p.a.start_router();
+    wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
+    let mut b = p.b.start_router();
+    crate::standby::wait_standby_ready(p.b.monitor_port, &b).await;
+    write_refused(&p.a.db, 0, 1_000, 0).await;
+    wait_ids(&kafka, &orders, 800, &a);
+    wait_ids(&kafka, &parked, 200, &a);
+    a.kill9();
+    write_refused(&p.a.db, 1_000, 2_000, 0).await;
+    wait_streaming(p.b.monitor_port, Duration::from_secs(90), &b).await;
+    wait_ids(&kafka, &orders, 1_600, &b);
+    wait_ids(&kafka, &parked, 400, &b);
+    assert_parked(
+        &p.b,
+        &["i-0", "i-1", "i-2", "i-3", "i-4"],
+        "TopicAuthorizationFailed",
+    );
+    assert!(
+        kafka.read_all(std::slice::from_ref(&invoices)).is_empty(),
+        "an invoice reached its topic while it was refused"
+    );
+    kafka_acl(&[&["--remove"][..], &deny.each_ref().map(String::as_str)[..]].concat());
+    release_then_the_rest(
+        &p.b,
+        &mut b,
+        &["i-0", "i-1", "i-2", "i-3", "i-4"],
+        (2_000, 3_000),
+    )
+    .await;
+    let (on_orders, order_dups) = by_aggregate(&kafka, &orders);
+    let (on_invoices, invoice_dups) = by_aggregate(&kafka, &invoices);
+    for n in 0..3_000 {
+        let (kind, agg) = refused_event(n);
+        let on = if kind == "Order" {
+            &on_orders
+        } else {
+            &on_invoices
+        };
+        assert!(on.get(&agg).is_some_and(|s| s.contains(&n)), "s-{n} lost");
+    }
+    for (agg, seqs) in on_orders.iter().chain(&on_invoices) {
+        assert!(seqs.is_sorted(), "{agg} out of order: {seqs:?}");
+    }
+    assert_eq!(
+        (order_dups, invoice_dups),
+        (0, 0),
+        "read_committed duplicates"
+    );
+    println!("refused topic, standby takeover ({name}): 3000 events, 0 lost, 0 duplicates");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standby_parks_a_refused_topic_the_leader_met() {
+    refused_topic_standby("park_acl_sb", false).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_other_instance_first_parks_a_refused_topic_the_same() {
+    refused_topic_standby("park_acl_sb2", true).await
 }

@@ -24,7 +24,11 @@ pub(crate) async fn pair(name: &str) -> Pair {
 }
 
 /// `pair` on the Kafka listener at `bootstrap` with these client properties.
-async fn pair_on(name: &str, bootstrap: String, properties: Vec<(String, String)>) -> Pair {
+pub(crate) async fn pair_on(
+    name: &str,
+    bootstrap: String,
+    properties: Vec<(String, String)>,
+) -> Pair {
     let (_conn, mut a) = fresh(name).await;
     a.kafka_bootstrap = bootstrap;
     a.kafka_properties = properties;

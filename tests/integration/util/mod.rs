@@ -105,6 +105,15 @@ pub fn kafka_sasl_bootstrap() -> String {
     format!("127.0.0.1:{port}")
 }
 
+/// Unix seconds `secs` ago, as a command's `--since` argument.
+pub fn unix_secs_ago(secs: u64) -> String {
+    (std::time::SystemTime::now() - std::time::Duration::from_secs(secs))
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .to_string()
+}
+
 /// Runs Kafka's AclCommand against the local broker (as its super user, on the plaintext
 /// listener), e.g. `["--add", "--deny-principal", "User:dave", "--operation", "Write",
 /// "--topic", t]`; panics with its output when it fails.
