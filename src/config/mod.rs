@@ -117,6 +117,23 @@ impl Config {
         }
     }
 
+    /// The source's name in the fleet (the console, the status and control topics): a
+    /// pool's source's, else `monitor.name`, else `delivery.transactional_id`, else
+    /// `checkpoint.name`, else `router`.
+    pub fn console_name(&self) -> String {
+        [
+            self.pool_source.as_deref().unwrap_or(""),
+            &self.monitor.name,
+            &self.delivery.transactional_id,
+            self.checkpoint.name.as_deref().unwrap_or(""),
+        ]
+        .into_iter()
+        .map(str::trim)
+        .find(|n| !n.is_empty())
+        .unwrap_or("router")
+        .to_string()
+    }
+
     /// The path of this router's own `/status` on its endpoint.
     pub fn status_path(&self) -> String {
         match &self.pool_source {

@@ -198,6 +198,13 @@ impl TopicCreator {
         self.ensure_owned(topic, what, OwnedShape::KeptForever)
     }
 
+    /// Makes sure the one-partition status topic of the fleet's reports exists:
+    /// compacted (each instance's newest report of each source stays) and deleted after
+    /// a week, with a day of every report kept uncompacted for the console's history.
+    pub fn ensure_reports(&self, topic: &str, what: &'static str) -> Result<(), KafkaClientError> {
+        self.ensure_owned(topic, what, OwnedShape::Reports)
+    }
+
     fn ensure_owned(
         &self,
         topic: &str,
@@ -208,9 +215,8 @@ impl TopicCreator {
         for (key, value) in shape.settings() {
             new = new.set(key, value);
         }
-        if let OwnedShape::Compacted = shape {
-            // Created with, not checked: a marker written a moment ago stays readable.
-            new = new.set("min.compaction.lag.ms", "60000");
+        for (key, value) in shape.created_with() {
+            new = new.set(key, value);
         }
         let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
         let failed = |reason: String| KafkaClientError::CreateTopic {
@@ -482,6 +488,8 @@ enum OwnedShape {
     Compacted,
     /// Parked events: every record counts, for ever.
     KeptForever,
+    /// The fleet's status reports: the newest of each key, and a day of history.
+    Reports,
 }
 
 impl OwnedShape {
@@ -493,6 +501,23 @@ impl OwnedShape {
                 ("cleanup.policy", "delete"),
                 ("retention.ms", "-1"),
                 ("retention.bytes", "-1"),
+            ],
+            OwnedShape::Reports => &[("cleanup.policy", "compact,delete")],
+        }
+    }
+
+    /// Settings it is created with, not checked: tuning an operator may change.
+    fn created_with(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            // A marker written a moment ago stays readable.
+            OwnedShape::Compacted => &[("min.compaction.lag.ms", "60000")],
+            OwnedShape::KeptForever => &[],
+            // Every report of the last day stays for the console's history (24 h at
+            // 10 s); after a week without a report an instance's key is gone.
+            OwnedShape::Reports => &[
+                ("min.compaction.lag.ms", "86400000"),
+                ("retention.ms", "604800000"),
+                ("segment.ms", "3600000"),
             ],
         }
     }
@@ -508,6 +533,9 @@ impl OwnedShape {
             }
             (OwnedShape::KeptForever, _) => {
                 " (a parked event that expires unparks its aggregate without a release)"
+            }
+            (OwnedShape::Reports, _) => {
+                " (compaction keeps each instance's newest report, deletion bounds the topic)"
             }
         }
     }

@@ -1,6 +1,10 @@
 //! `[monitor]`: the endpoint, the watcher's interval and the alert thresholds.
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
+
+use super::server::access::{Credential, MIN_TOKEN_CHARS};
 
 /// Monitoring: HTTP endpoint, how often the server is asked, alert thresholds.
 #[derive(Debug, Deserialize)]
@@ -53,6 +57,21 @@ pub struct MonitorConfig {
         deserialize_with = "crate::units::secs"
     )]
     pub ready_max_stall_secs: u64,
+    /// The fleet's status topic: every instance reports its sources there and the
+    /// console shows every instance's reports from it; `off` shows this instance's only.
+    #[serde(default = "default_status_topic")]
+    pub status_topic: String,
+    /// Where the console's pause and resume go, for every instance of a source to
+    /// follow (compacted: the newest record per source is its state); `off`: no pauses.
+    #[serde(default = "default_control_topic")]
+    pub control_topic: String,
+    /// A single router's name on the console (a pool's sources are named by their
+    /// files); default `delivery.transactional_id`, else `checkpoint.name`, else `router`.
+    #[serde(default)]
+    pub name: String,
+    /// The console's credentials, by name (`[monitor.credentials.NAME]`).
+    #[serde(default)]
+    pub credentials: BTreeMap<String, Credential>,
 }
 
 impl Default for MonitorConfig {
@@ -68,7 +87,33 @@ impl MonitorConfig {
             addr.parse::<std::net::SocketAddr>()
                 .map_err(|_| format!("monitor.listen {addr:?} is not IP:PORT (or \"off\")"))?;
         }
+        if let Some(topic) = self.status_topic() {
+            crate::kafka::check_topic(topic).map_err(|e| format!("monitor.status_topic: {e}"))?;
+        }
+        if let Some(topic) = self.control_topic() {
+            crate::kafka::check_topic(topic).map_err(|e| format!("monitor.control_topic: {e}"))?;
+        }
+        for (name, c) in &self.credentials {
+            if name.trim().is_empty() || name.chars().any(char::is_control) {
+                return Err(format!(
+                    "monitor.credentials: {name:?} is not a name the audit trail can show"
+                ));
+            }
+            if c.token.expose().chars().count() < MIN_TOKEN_CHARS {
+                return Err(format!("monitor.credentials.{name}.token is shorter than {MIN_TOKEN_CHARS} characters: a guessable token protects nothing (e.g. `openssl rand -hex 24`)"));
+            }
+        }
         Ok(())
+    }
+
+    /// The fleet's control topic, or `None` when off.
+    pub fn control_topic(&self) -> Option<&str> {
+        (self.control_topic != "off").then_some(self.control_topic.as_str())
+    }
+
+    /// The fleet's status topic, or `None` when off.
+    pub fn status_topic(&self) -> Option<&str> {
+        (self.status_topic != "off").then_some(self.status_topic.as_str())
     }
 
     /// The endpoint address, or `None` when disabled.
@@ -102,6 +147,14 @@ fn default_detect_hours() -> Option<f64> {
 /// A weekend and a half: the time to get the right people and fix it.
 fn default_repair_hours() -> Option<f64> {
     Some(60.0)
+}
+
+fn default_control_topic() -> String {
+    "outbox-router.control".into()
+}
+
+fn default_status_topic() -> String {
+    "outbox-router.status".into()
 }
 
 fn default_listen() -> String {

@@ -24,6 +24,8 @@ pub(super) struct RoleState {
     pub standby_check: Result<(), String>,
     /// Why this source is stopped by a failure of its own, if it is.
     pub failure: Option<String>,
+    /// An operator's pause in force (who, when, why), if any.
+    pub paused: Option<String>,
 }
 
 impl Default for RoleState {
@@ -33,6 +35,7 @@ impl Default for RoleState {
             instance: None,
             standby_check: Err("standby: not checked yet".into()),
             failure: None,
+            paused: None,
         }
     }
 }

@@ -12,6 +12,7 @@ mod ack;
 mod error;
 mod handoff;
 mod invalid;
+pub mod pause;
 mod preflight;
 mod read;
 mod refusals;
@@ -21,6 +22,7 @@ mod standby;
 mod supervise;
 pub(crate) mod table;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -34,7 +36,7 @@ use supervise::{supervise, Ctx};
 
 use crate::checkpoint::CheckpointStore;
 use crate::config::Config;
-use crate::monitor::{Metrics, Role};
+use crate::monitor::{Metrics, Role, Served};
 use crate::outbox::OnInvalid;
 
 /// Runs until `shutdown` fires (Ok) or a non-transient error (Err), restarting from the
@@ -95,13 +97,29 @@ async fn run_as(
     }
     // Not a child of `shutdown`: the endpoints answer until the pipeline has drained.
     let monitor_stop = CancellationToken::new();
-    if let Some(addr) = config.monitor.listen_addr().filter(|_| pooled.is_none()) {
-        crate::monitor::serve(addr, metrics.clone(), monitor_stop.clone())
-            .await
-            .map_err(|source| PipelineError::MonitorListen {
-                addr: addr.to_string(),
-                source,
-            })?;
+    // Whatever ends this function (a panic too), the monitor's followers of Kafka
+    // topics stop: the runtime waits for their threads before the process can exit.
+    let _monitor_stopped = monitor_stop.clone().drop_guard();
+    if pooled.is_none() {
+        let served = Served::single(
+            config.ha.instance_name(),
+            config.fleet_lock().map(|l| l.group),
+            &config.console_name(),
+            metrics.clone(),
+        );
+        // A dry run reports to no one: it is not the fleet's.
+        let kafka = (sink_kind == SinkKind::Kafka).then_some(&config.kafka);
+        crate::monitor::start(
+            &config.monitor,
+            kafka,
+            Arc::new(served),
+            monitor_stop.clone(),
+        )
+        .await
+        .map_err(|source| PipelineError::MonitorListen {
+            addr: config.monitor.listen.clone(),
+            source,
+        })?;
     }
     // Tests hold a start here (`sleep(MS)`) to see what `status` says meanwhile.
     fail::fail_point!("pipeline.before_first_observation");
@@ -111,6 +129,17 @@ async fn run_as(
         metrics.clone(),
         monitor_stop.clone(),
     );
+    // Followed from the start, by leader and standby alike: an instance that takes
+    // over knows at once whether the source is paused. A dry run is never paused.
+    let pause_stop = CancellationToken::new();
+    let _pause_stop = pause_stop.clone().drop_guard();
+    let pauses = config
+        .monitor
+        .control_topic()
+        .filter(|_| sink_kind == SinkKind::Kafka)
+        .map(|topic| {
+            pause::Pauses::follow(&config.kafka, topic, &config.console_name(), pause_stop)
+        });
     let ctx = Ctx {
         config,
         store: &store,
@@ -119,6 +148,7 @@ async fn run_as(
         metrics: &metrics,
         lock: None,
         streaming: None,
+        pauses: pauses.as_ref(),
     };
     let supervised = async {
         if let Some(Pooled {

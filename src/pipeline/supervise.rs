@@ -51,6 +51,8 @@ pub(super) struct Ctx<'a> {
     /// when the run ends: what a standby's takeover waits for before it calls itself
     /// leader (metrics are written for the operator, never read for a decision).
     pub(super) streaming: Option<&'a tokio::sync::watch::Sender<bool>>,
+    /// An operator's pause of this source, as the fleet's control topic says it.
+    pub(super) pauses: Option<&'a super::pause::Pauses>,
 }
 
 /// Restarts `run_once` after transient errors, with backoff.
@@ -69,8 +71,42 @@ pub(super) async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
                 return Ok(());
             }
         }
+        // An operator's pause, as the fleet knows it, before anything streams.
+        let run_stop = shutdown.child_token();
+        let pause_watch = match ctx.pauses {
+            None => None,
+            Some(pauses) => match pauses.in_force(shutdown).await {
+                None => return Ok(()),
+                Some(Some(pause)) => {
+                    metrics.set_paused(Some(pause.describe()));
+                    info!(by = %pause.by, reason = %pause.reason, at = %pause.at, "paused by an operator: not streaming until resumed; the position stays at the last checkpoint");
+                    pauses.until_resumed(shutdown).await;
+                    metrics.set_paused(None);
+                    if !shutdown.is_cancelled() {
+                        info!("resumed by an operator: streaming from the last checkpoint");
+                    }
+                    continue;
+                }
+                Some(None) => {
+                    let (pauses, run_stop) = (pauses.clone(), run_stop.clone());
+                    Some(tokio::spawn(async move {
+                        if let Some(pause) = pauses.until_paused().await {
+                            info!(by = %pause.by, reason = %pause.reason, "paused by an operator: draining, then stopping the stream at the last acknowledged transaction");
+                            run_stop.cancel();
+                        }
+                    }))
+                }
+            },
+        };
         let started = Instant::now();
-        let result = run_once(ctx, &refusals).await;
+        let run_ctx = Ctx {
+            shutdown: &run_stop,
+            ..*ctx
+        };
+        let result = run_once(&run_ctx, &refusals).await;
+        if let Some(watch) = pause_watch {
+            watch.abort();
+        }
         metrics.set_connected(false);
         if let Some(streaming) = ctx.streaming {
             streaming.send_replace(false);
@@ -78,6 +114,8 @@ pub(super) async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         metrics.progress().restarted();
         let snapshot = metrics.snapshot();
         match result {
+            // Paused: drained and checkpointed; the loop's top waits for the resume.
+            Ok(()) if run_stop.is_cancelled() && !shutdown.is_cancelled() => {}
             Ok(()) => {
                 info!(?snapshot, "stopped");
                 return Ok(());

@@ -190,11 +190,17 @@ impl Pool {
                 why.join("; ")
             )));
         }
-        let monitor = toml::Value::Table(file.monitor.clone())
-            .try_into()
-            .map_err(|e: toml::de::Error| {
+        // Its secrets (the console's tokens) resolved as every source's are.
+        let mut monitor = toml::Value::Table(file.monitor.clone());
+        crate::secret::resolve_references(&mut monitor)
+            .map_err(|e| invalid(format!("monitor: {e}")))?;
+        let monitor: crate::monitor::MonitorConfig =
+            monitor.try_into().map_err(|e: toml::de::Error| {
                 invalid(format!("monitor: {}", crate::config::toml_error(None, &e)))
             })?;
+        monitor
+            .check()
+            .map_err(|e| invalid(format!("monitor: {e}")))?;
         // Checked by every source's load, with its secrets resolved there too.
         let kafka = sources[0].config.kafka.clone();
         Ok(Self {

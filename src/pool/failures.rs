@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use tracing::error;
 
-use crate::monitor::{Metrics, PoolView, Role};
+use crate::monitor::{Metrics, Role, Served};
 
 /// The sources shown failed by this instance, with why: each logged once per cause.
 #[derive(Default)]
@@ -13,7 +13,7 @@ pub(super) struct Failures(pub(super) BTreeMap<String, String>);
 
 impl Failures {
     /// Shows `name` failed for `why` (a source not running on this instance).
-    pub(super) fn show(&mut self, view: &PoolView, instance: &str, name: &str, why: String) {
+    pub(super) fn show(&mut self, view: &Served, instance: &str, name: &str, why: String) {
         if self.0.get(name) != Some(&why) {
             error!(source = %name, error = %why, "the source cannot run; the pool's other sources go on");
         }

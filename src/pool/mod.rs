@@ -36,7 +36,7 @@ use failures::Failures;
 use running::Running;
 
 use crate::ha::{Lock, LockGroup};
-use crate::monitor::PoolView;
+use crate::monitor::Served;
 use crate::pipeline;
 
 /// How long leaving the group may take on shutdown.
@@ -51,7 +51,7 @@ pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result
     let settings = pool.settings.clone();
     let instance = settings.instance_name();
     let group = settings.group_id.clone();
-    let view = Arc::new(PoolView::new(instance.clone(), group.clone()));
+    let view = Arc::new(Served::pool(instance.clone(), group.clone()));
     let mut failures = Failures::default();
     // Sources whose `--init` failed here: each tries again before it starts.
     let mut init_pending = Vec::new();
@@ -60,11 +60,17 @@ pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result
     }
     // Answering from the start, while `--init` runs.
     let monitor_stop = CancellationToken::new();
-    if let Some(addr) = pool.monitor.listen_addr() {
-        crate::monitor::serve_pool(addr, view.clone(), monitor_stop.clone())
-            .await
-            .with_context(|| format!("cannot listen on monitor.listen = {addr}"))?;
-    }
+    // Whatever ends this function (a panic too), the monitor's followers of Kafka
+    // topics stop: the runtime waits for their threads before the process can exit.
+    let _monitor_stopped = monitor_stop.clone().drop_guard();
+    crate::monitor::start(
+        &pool.monitor,
+        Some(&pool.kafka),
+        view.clone(),
+        monitor_stop.clone(),
+    )
+    .await
+    .with_context(|| format!("cannot listen on monitor.listen = {}", pool.monitor.listen))?;
     // Each check is its source's: one that fails is shown failed, the rest start.
     let (ready, unprepared) = partition_failing(std::mem::take(&mut pool.sources), |s| {
         prepare(s).map_err(|e| crate::cause_chain(&e))

@@ -13,7 +13,7 @@ use super::failures::Failures;
 use super::lead::lead_source;
 use super::{Pool, PoolSource};
 use crate::ha::{Lease, Lock};
-use crate::monitor::{Metrics, PoolView};
+use crate::monitor::{Metrics, Served};
 use crate::pipeline::Pooled;
 
 /// The sources this instance runs a task for, whether it leads them now or waits.
@@ -22,7 +22,7 @@ pub(super) struct Running {
     pub(super) init: bool,
     pub(super) sources: BTreeMap<String, SourceTask>,
     pub(super) lock: Arc<Lock>,
-    pub(super) view: Arc<PoolView>,
+    pub(super) view: Arc<Served>,
     pub(super) instance: String,
     pub(super) group: String,
     pub(super) shutdown: CancellationToken,

@@ -10,6 +10,7 @@ mod claim_check;
 mod cloudevents;
 mod cluster;
 mod compressed;
+mod console;
 #[cfg(feature = "failpoints")]
 mod crash;
 mod debezium_cutover;

@@ -22,11 +22,13 @@ pub(crate) struct Pool {
     pub(crate) sources: Vec<RouterSetup>,
     pub(crate) names: Vec<String>,
     dir: tempfile::TempDir,
+    /// Extra keys of every instance's [monitor] section.
+    pub(crate) monitor_toml: String,
 }
 
 impl Pool {
     /// `n` sources, each its own database and outbox, its own transactional id.
-    async fn new(name: &str, n: usize) -> Self {
+    pub(crate) async fn new(name: &str, n: usize) -> Self {
         Self::new_with(name, n, |_| {}).await
     }
 
@@ -70,21 +72,24 @@ impl Pool {
             sources,
             names,
             dir,
+            monitor_toml: String::new(),
         }
     }
 
     /// The pool file of instance `instance`, its endpoint on `port`.
-    fn file(&self, instance: &str, port: u16) -> PathBuf {
+    pub(crate) fn file(&self, instance: &str, port: u16) -> PathBuf {
         let path = self.dir.path().join(format!("pool-{instance}.toml"));
         let pid = std::process::id();
         let text = format!(
             "[pool]\nsources_dir = \"sources.d\"\nstate_dir = \"{state}\"\ngroup_id = \"it-pool-{pid}-{first}\"\n\
              lock_topic_prefix = \"it.pool.{pid}.\"\nsession_timeout_ms = {SESSION_MS}\ninstance = \"{instance}\"\nwatch_secs = 2\n\
              [kafka]\nbootstrap_servers = \"{bootstrap}\"\n\
-             [monitor]\nlisten = \"127.0.0.1:{port}\"\ninterval_secs = 1\ndetect_hours = 0.25\nrepair_hours = 0.25\n",
+             [monitor]\nlisten = \"127.0.0.1:{port}\"\ninterval_secs = 1\ndetect_hours = 0.25\nrepair_hours = 0.25\n\
+             status_topic = \"it.pool.{pid}.{first}.status\"\ncontrol_topic = \"it.pool.{pid}.{first}.control\"\n{monitor_extra}",
             state = self.dir.path().join(format!("state-{instance}")).display(),
             first = self.names[0],
             bootstrap = kafka_bootstrap(),
+            monitor_extra = self.monitor_toml,
         );
         std::fs::write(&path, text).unwrap();
         path
@@ -95,7 +100,7 @@ impl Pool {
     }
 
     /// Instance `instance` from `file`, with `run`'s `args` and extra environment.
-    fn start_file(
+    pub(crate) fn start_file(
         &self,
         instance: &str,
         file: &std::path::Path,
@@ -154,7 +159,7 @@ impl Pool {
         self.dir.path().join(format!("{}.toml", self.names[i]))
     }
 
-    fn writer(&self, i: usize) -> Writer {
+    pub(crate) fn writer(&self, i: usize) -> Writer {
         Writer::start_at(self.sources[i].source_port, &self.sources[i].db)
     }
 
@@ -266,7 +271,11 @@ pub(crate) async fn wait_balanced(
 
 /// Stops the writers, waits for every event, stops the instances, and counts each
 /// source's topics: 0 lost, 0 duplicates, per-key order.
-async fn finish(pool: &Pool, writers: Vec<Writer>, instances: &mut [&mut RouterProcess]) {
+pub(crate) async fn finish(
+    pool: &Pool,
+    writers: Vec<Writer>,
+    instances: &mut [&mut RouterProcess],
+) {
     finish_sources(pool, writers.into_iter().enumerate().collect(), instances).await
 }
 
@@ -675,7 +684,7 @@ async fn a_refused_resubscription_leaves_no_source_unled() {
 }
 
 /// Waits until each of `names` streams on exactly one of the instances on `ports`.
-async fn wait_led(ports: &[u16], names: &[String], logs: &[&RouterProcess]) {
+pub(crate) async fn wait_led(ports: &[u16], names: &[String], logs: &[&RouterProcess]) {
     wait_led_within(ports, names, logs, Duration::from_secs(90)).await
 }
 

@@ -112,6 +112,8 @@ catalog! {
     leader: IntGauge => Gauge "leader" [];
     /// 1 while this source is stopped by a failure of its own (its file does not load, its first start or lock topic is refused, or it stopped with an error and is retried); the cause is in /status
     source_failed: IntGauge => Gauge "source_failed" [];
+    /// 1 while an operator's pause holds this source (the console's or the API's pause; who and why in /status): nothing streams, the position stays at the checkpoint
+    paused: IntGauge => Gauge "paused" [];
     /// 1 while this standby could take over: it reached the source and Kafka at its last check (ha.standby_check_secs)
     standby_ready: IntGauge => Gauge "standby_ready" [];
     /// Times this instance took the lock and started streaming

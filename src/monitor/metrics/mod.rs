@@ -73,6 +73,12 @@ struct Inner {
     /// Every metric of the catalog.
     m: Registered,
     restarts_total: AtomicU64,
+    /// Dead letters over every topic (the fleet report's figure).
+    dead_letters_total: AtomicU64,
+    /// Sum (µs) and count of the producer-to-acknowledgement times: the histogram
+    /// keeps only buckets readable.
+    acked_after_us: AtomicU64,
+    acked_after_count: AtomicU64,
     progress: Progress,
     /// The source server's clock, which binlog commit times are in.
     server_clock: super::ServerClock,
@@ -94,6 +100,21 @@ struct State {
     role: RoleState,
     /// When the oldest parked event was written (ms since epoch), if one is.
     parked_since_ms: Option<i64>,
+}
+
+/// The counters the fleet report turns into figures and rates.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ConsoleFigures {
+    /// Records acknowledged.
+    pub acked: u64,
+    /// Sum and count of the producer-to-acknowledgement times (seconds, per
+    /// transaction).
+    pub ack_sum_secs: f64,
+    pub ack_count: u64,
+    /// Rows sent to a dead-letter topic.
+    pub dead_letters: u64,
+    pub parked_aggregates: u64,
+    pub parked_events: u64,
 }
 
 /// Shared metrics handle.
@@ -130,6 +151,9 @@ impl Metrics {
         let inner = Inner {
             m,
             restarts_total: AtomicU64::new(0),
+            dead_letters_total: AtomicU64::new(0),
+            acked_after_us: AtomicU64::new(0),
+            acked_after_count: AtomicU64::new(0),
             progress: Progress::default(),
             server_clock: super::ServerClock::default(),
             ready_max_stall_ms: AtomicU64::new(60_000),
@@ -198,6 +222,10 @@ impl Metrics {
     /// Times a transaction from the producer's hands to Kafka's acknowledgement.
     pub fn sent_to_acked(&self, secs: f64) {
         self.0.m.sent_to_acked.observe(secs);
+        let i = &self.0;
+        i.acked_after_us
+            .fetch_add((secs * 1e6) as u64, Ordering::Relaxed);
+        i.acked_after_count.fetch_add(1, Ordering::Relaxed);
     }
     /// Counts records handed to the sink for one topic.
     pub fn routed(&self, topic: &str, n: u64) {
@@ -272,6 +300,7 @@ impl Metrics {
             .dead_letters
             .get_or_create(&vec![("topic", topic.to_string())])
             .inc();
+        self.0.dead_letters_total.fetch_add(1, Ordering::Relaxed);
     }
     /// The source server's clock (set at each connect): what binlog commit times are
     /// compared with.
@@ -352,6 +381,18 @@ impl Metrics {
         let mut out = String::new();
         encode(&mut out, &self.0.registry).expect("writing to a String cannot fail");
         out
+    }
+    /// What the fleet report shows of this source.
+    pub fn console_figures(&self) -> ConsoleFigures {
+        let m = &self.0.m;
+        ConsoleFigures {
+            acked: m.events_acked.get(),
+            ack_sum_secs: self.0.acked_after_us.load(Ordering::Relaxed) as f64 / 1e6,
+            ack_count: self.0.acked_after_count.load(Ordering::Relaxed),
+            dead_letters: self.0.dead_letters_total.load(Ordering::Relaxed),
+            parked_aggregates: m.parked_aggregates.get().max(0) as u64,
+            parked_events: m.parked_events.get().max(0) as u64,
+        }
     }
     /// Counter values.
     pub fn snapshot(&self) -> Snapshot {

@@ -18,6 +18,9 @@ impl Metrics {
     pub fn readiness(&self) -> Result<(), String> {
         {
             let state = self.0.state.lock().expect("metrics state");
+            if let Some(pause) = &state.role.paused {
+                return Err(pause.clone());
+            }
             if state.role.role == Role::Standby {
                 return state.role.standby_check.clone();
             }
@@ -49,6 +52,18 @@ impl Metrics {
         if role == Role::Standby {
             state.role.standby_check = Err("standby: not checked yet".into());
         }
+        drop(state);
+        self.send_router_state();
+    }
+    /// An operator's pause in force here (`by`, when and why), or none. A paused
+    /// source's lock holder is its leader: it streams nothing, and no one else does.
+    pub fn set_paused(&self, pause: Option<String>) {
+        self.0.m.paused.set(i64::from(pause.is_some()));
+        let mut state = self.0.state.lock().expect("metrics state");
+        if pause.is_some() && state.role.role == Role::Standby {
+            state.role.role = Role::Leader;
+        }
+        state.role.paused = pause;
         drop(state);
         self.send_router_state();
     }

@@ -88,12 +88,13 @@ impl Metrics {
     pub fn live(&self) -> Live {
         let progress = &self.0.progress;
         let readiness = self.readiness();
-        let (role, instance, failure) = {
+        let (role, instance, failure, paused) = {
             let state = self.0.state.lock().expect("metrics state");
             (
                 state.role.role,
                 state.role.instance.clone(),
                 state.role.failure.clone(),
+                state.role.paused.clone(),
             )
         };
         Live {
@@ -105,6 +106,7 @@ impl Metrics {
             role,
             instance,
             failure,
+            paused,
         }
     }
     /// Lag from what the router holds: now minus the commit time of the oldest

@@ -166,4 +166,7 @@ pub struct Live {
     /// A pool's source stopped by a failure of its own: why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// An operator's pause in force: who, when and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<String>,
 }

@@ -17,12 +17,14 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::RwLock;
 
+mod browser;
 mod kafka;
 mod mariadb;
 mod proxy;
 mod router;
 mod stream;
 
+pub use browser::*;
 pub use kafka::*;
 pub use mariadb::*;
 pub use proxy::*;

@@ -133,7 +133,12 @@ impl RouterSetup {
             "pipeline": { "max_in_flight": 5000, "shutdown_timeout_secs": 20 },
             // The local server keeps binlogs 2 h: a budget inside it, so `status` says
             // OK unless a test sets its own (the defaults, 24 + 60 h, would warn).
-            "monitor": { "listen": listen, "interval_secs": 1, "detect_hours": 0.25, "repair_hours": 0.25 },
+            "monitor": {
+                "listen": listen, "interval_secs": 1, "detect_hours": 0.25, "repair_hours": 0.25,
+                // Each test's fleet its own: the console shows only its routers.
+                "status_topic": format!("{}.status", self.topic_prefix),
+                "control_topic": format!("{}.control", self.topic_prefix),
+            },
         });
         let mut config: toml::Table = toml::Value::try_from(config).unwrap().try_into().unwrap();
         for (section, extra) in [

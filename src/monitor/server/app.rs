@@ -1,0 +1,59 @@
+//! What every console handler is given: this instance's sources, the fleet's board,
+//! the gate, and where actions go; and the extractors that let a reader or an admin in.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::{FromRef, FromRequestParts};
+use axum::http::request::Parts;
+
+use super::access::{Caller, Credential, Gate, Refusal};
+use crate::monitor::fleet::Board;
+use crate::monitor::Served;
+
+/// What every handler may look at.
+#[derive(Clone)]
+pub struct App {
+    pub served: Arc<Served>,
+    pub board: Arc<Board>,
+    pub gate: Arc<Gate>,
+    /// Where the fleet's reports are (`None`: this instance's sources only).
+    pub status_topic: Option<String>,
+    /// Where actions go for every instance to follow (`None`: no actions).
+    pub control: Option<(crate::kafka::KafkaConfig, String)>,
+}
+
+impl FromRef<App> for Arc<Served> {
+    fn from_ref(app: &App) -> Self {
+        app.served.clone()
+    }
+}
+
+/// A caller allowed to read the console.
+pub struct Reader(pub Caller);
+
+impl FromRequestParts<App> for Reader {
+    type Rejection = Refusal;
+    async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self, Refusal> {
+        app.gate.reader(parts).map(Reader)
+    }
+}
+
+/// A caller allowed to act (an admin credential; one action of the rate spent).
+pub struct Admin(pub Caller);
+
+impl FromRequestParts<App> for Admin {
+    type Rejection = Refusal;
+    async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self, Refusal> {
+        app.gate.admin(parts).map(Admin)
+    }
+}
+
+/// What the console is served with.
+pub struct ConsoleSetup<'a> {
+    pub served: Arc<Served>,
+    pub board: Arc<Board>,
+    pub status_topic: Option<String>,
+    pub control: Option<(crate::kafka::KafkaConfig, String)>,
+    pub credentials: &'a BTreeMap<String, Credential>,
+}

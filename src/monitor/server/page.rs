@@ -1,0 +1,413 @@
+//! The console's pages, rendered here from the same figures the API gives: readable
+//! with JavaScript off wherever reading needs no credential (a loopback listener). The
+//! script (assets/console.js) refreshes the page's main part every two seconds, sends
+//! a credential kept in the tab's session storage as a header, and carries out
+//! actions; it is compiled into the binary with the stylesheet.
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::get;
+use axum::Router;
+use serde::Deserialize;
+
+use super::access::Refusal;
+use super::api::{fleet_sources, Window};
+use super::app::App;
+use crate::monitor::fleet::{Columns, FleetSource, SourceReport};
+
+const SCRIPT: &str = include_str!("assets/console.js");
+const STYLE: &str = include_str!("assets/console.css");
+
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/", get(|| async { Redirect::to("/console") }))
+        .route("/console", get(fleet_page))
+        .route("/console/sources/{name}", get(source_page))
+        .route("/console/audit", get(audit_page))
+        .route(
+            "/console/assets/console.js",
+            get(|| asset(SCRIPT, "text/javascript")),
+        )
+        .route(
+            "/console/assets/console.css",
+            get(|| asset(STYLE, "text/css")),
+        )
+}
+
+async fn asset(body: &'static str, kind: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, kind)], body).into_response()
+}
+
+/// `?fragment=1`: only the main part (the script's refresh).
+#[derive(Debug, Deserialize)]
+struct View {
+    #[serde(default)]
+    fragment: Option<u8>,
+}
+
+/// Text for HTML: every character that could open markup or leave an attribute.
+fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A page, or its main part, or — when this caller may not read — the page without
+/// its figures, for the script to fill in with a credential.
+fn answer(
+    app: &App,
+    parts: &axum::http::request::Parts,
+    view: &View,
+    title: &str,
+    main: impl FnOnce() -> String,
+) -> Response {
+    let (main, status) = match app.gate.reader(parts) {
+        Ok(_) => (main(), StatusCode::OK),
+        Err(refusal) if view.fragment.is_some() => return refusal.into_response(),
+        Err(Refusal::ReadNeedsCredential) => (
+            format!(
+                "<p class=refused>{}</p>",
+                esc(&Refusal::ReadNeedsCredential.to_string())
+            ),
+            StatusCode::OK,
+        ),
+        Err(refusal) => (
+            format!("<p class=refused>{}</p>", esc(&refusal.to_string())),
+            refusal.status(),
+        ),
+    };
+    if view.fragment.is_some() {
+        return Html(main).into_response();
+    }
+    let served = &app.served;
+    let page = format!(
+        "<!doctype html>\n<html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
+<title>{title} · outbox-router</title><link rel=stylesheet href=/console/assets/console.css>\
+<script src=/console/assets/console.js defer></script></head><body>\
+<header><a class=home href=/console>outbox-router</a><nav><a href=/console>fleet</a> <a href=/console/audit>audit</a></nav><span class=where>instance {instance}{group}</span>\
+<form id=signin><label>credential <input id=token type=password autocomplete=off placeholder=\"token\"></label> <button>use</button> <button type=button id=signout>forget</button></form>\
+<span id=who></span></header>\n<div id=outcome></div><main id=main>{main}</main></body></html>\n",
+        title = esc(title),
+        instance = esc(served.instance()),
+        group = served.group().map(|g| format!(" · group {}", esc(g))).unwrap_or_default(),
+    );
+    (status, Html(page)).into_response()
+}
+
+async fn fleet_page(
+    State(app): State<App>,
+    Query(view): Query<View>,
+    request: axum::extract::Request,
+) -> Response {
+    let (parts, _) = request.into_parts();
+    answer(&app, &parts, &view, "fleet", || fleet_main(&app))
+}
+
+async fn source_page(
+    State(app): State<App>,
+    Path(name): Path<String>,
+    Query(view): Query<View>,
+    request: axum::extract::Request,
+) -> Response {
+    let (parts, _) = request.into_parts();
+    let found = fleet_sources(&app).into_iter().find(|s| s.source == name);
+    let title = format!("source {name}");
+    match found {
+        Some(source) => answer(&app, &parts, &view, &title, || source_main(&app, &source)),
+        None => {
+            let mut r = answer(&app, &parts, &view, &title, || {
+                format!(
+                    "<p class=refused>no source {} reports to this fleet's status topic</p>",
+                    esc(&name)
+                )
+            });
+            if r.status() == StatusCode::OK {
+                *r.status_mut() = StatusCode::NOT_FOUND;
+            }
+            r
+        }
+    }
+}
+
+fn fleet_main(app: &App) -> String {
+    let sources = fleet_sources(app);
+    let mut rows = String::new();
+    for s in &sources {
+        let r = &s.report;
+        rows.push_str(&format!(
+            "<tr class=\"state-{state}\" data-source=\"{name_attr}\"><td><a href=\"/console/sources/{href}\">{name}</a></td><td class=leader>{leader}</td><td class=state>{state}{cause}</td>\
+<td class=num>{lag}</td><td class=num>{behind}</td><td class=num>{runway}</td><td class=num>{eps:.0}</td><td class=num>{in_flight}</td>\
+<td class=num>{dead}</td><td class=num>{pa} / {pe}</td><td class=pos>{checkpoint}</td><td class=num>{age}</td></tr>\n",
+            state = esc(&s.state),
+            name_attr = esc(&s.source),
+            href = esc(&url_path(&s.source)),
+            name = esc(&s.source),
+            leader = esc(s.leader.as_deref().unwrap_or("—")),
+            cause = r.cause.as_deref().filter(|_| s.state == "failed").map(|c| format!("<div class=cause>{}</div>", esc(c))).unwrap_or_default(),
+            lag = r.lag_ms.map(|ms| duration(ms as f64 / 1000.0)).unwrap_or("—".into()),
+            behind = r.bytes_behind.map(|b| bytesize::ByteSize(b).to_string()).unwrap_or("—".into()),
+            runway = runway(r),
+            eps = r.events_per_sec,
+            in_flight = r.in_flight,
+            dead = r.dead_letters,
+            pa = r.parked_aggregates,
+            pe = r.parked_events,
+            checkpoint = esc(r.checkpoint.as_deref().unwrap_or("—")),
+            age = duration(s.report_age_secs as f64),
+        ));
+    }
+    let note = match (&app.status_topic, app.board.caught_up()) {
+        (None, _) => "monitor.status_topic is off: this instance's sources only".to_string(),
+        (Some(t), true) => format!("every instance's reports, from {}", esc(t)),
+        (Some(t), false) => format!("reading {} (the fleet may not all show yet)", esc(t)),
+    };
+    format!(
+        "<h1>Fleet</h1><p class=note>{count} source(s); {note}</p>\
+<table id=fleet><thead><tr><th>source</th><th>leader</th><th>state</th><th>lag</th><th>binlog behind</th><th>runway</th><th>events/s</th><th>in flight</th><th>dead letters</th><th>parked (aggregates / events)</th><th>checkpoint</th><th>report age</th></tr></thead>\n<tbody>{rows}</tbody></table>",
+        count = sources.len(),
+    )
+}
+
+fn source_main(app: &App, s: &FleetSource) -> String {
+    let r = &s.report;
+    let mut members = String::new();
+    for m in &s.members {
+        members.push_str(&format!(
+            "<tr class=\"{stale}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=num>{}</td></tr>",
+            esc(&m.instance),
+            esc(&format!("{:?}", m.role).to_lowercase()),
+            match m.stale {
+                true => "silent (no report for three intervals)".to_string(),
+                false => esc(&format!("{:?}", m.state).to_lowercase()),
+            },
+            esc(m.cause.as_deref().unwrap_or("")),
+            duration(m.report_age_secs as f64),
+            stale = if m.stale { "stale" } else { "" },
+        ));
+    }
+    let reasons: String = r
+        .reasons
+        .iter()
+        .map(|x| format!("<li>{}</li>", esc(x)))
+        .collect();
+    let window = Window {
+        hours: 24.0,
+        points: 300,
+    };
+    let charts = match app.board.history(&s.source, window.since(), window.points) {
+        Some(h) => charts(&h),
+        None => "<p class=note>no history yet</p>".into(),
+    };
+    format!(
+        "<h1>Source <span id=source-name>{name}</span></h1>\
+<dl class=figures><dt>leader</dt><dd id=leader>{leader}</dd><dt>state</dt><dd id=state>{state}</dd><dt>verdict</dt><dd>{verdict}</dd>\
+<dt>lag</dt><dd>{lag}</dd><dt>binlog behind</dt><dd>{behind}</dd><dt>retention runway</dt><dd>{runway}</dd>\
+<dt>events/s</dt><dd>{eps:.1}</dd><dt>acknowledgement latency</dt><dd>{ack}</dd><dt>in flight</dt><dd>{in_flight}</dd>\
+<dt>checkpoint</dt><dd class=pos>{checkpoint}</dd><dt>reader</dt><dd class=pos>{reader}</dd>\
+<dt>dead letters</dt><dd>{dead}</dd><dt>parked</dt><dd>{pa} aggregate(s), {pe} event(s)</dd></dl>\
+{reasons}{actions}<h2>Last 24 hours</h2><div class=charts>{charts}</div>\
+<h2>Instances</h2><table id=members><thead><tr><th>instance</th><th>role</th><th>state</th><th>cause</th><th>report age</th></tr></thead><tbody>{members}</tbody></table>",
+        name = esc(&s.source),
+        leader = esc(s.leader.as_deref().unwrap_or("none")),
+        state = esc(&s.state),
+        verdict = r.verdict.map(|v| format!("{v:?}").to_lowercase()).unwrap_or("—".into()),
+        lag = r.lag_ms.map(|ms| duration(ms as f64 / 1000.0)).unwrap_or("—".into()),
+        behind = r.bytes_behind.map(|b| bytesize::ByteSize(b).to_string()).unwrap_or("—".into()),
+        runway = runway(r),
+        eps = r.events_per_sec,
+        ack = r.ack_latency_ms.map(|ms| format!("{ms:.1} ms")).unwrap_or("—".into()),
+        in_flight = r.in_flight,
+        checkpoint = esc(r.checkpoint.as_deref().unwrap_or("—")),
+        reader = esc(r.reader_position.as_deref().unwrap_or("—")),
+        dead = r.dead_letters,
+        pa = r.parked_aggregates,
+        pe = r.parked_events,
+        reasons = if reasons.is_empty() { String::new() } else { format!("<ul class=reasons>{reasons}</ul>") },
+        actions = actions(s),
+    )
+}
+
+/// The source's actions (an admin credential needed; the script sends them).
+fn actions(s: &FleetSource) -> String {
+    let (verb, what) = match s.report.state {
+        crate::monitor::fleet::SourceState::Paused => {
+            ("resume", "streams again from the checkpoint")
+        }
+        _ => (
+            "pause",
+            "the leader drains and stops; the position stays at the checkpoint",
+        ),
+    };
+    format!(
+        "<h2>Actions</h2><form class=action id={verb} action=\"/api/v1/sources/{href}/{verb}\" method=post>\
+<input name=reason placeholder=\"why (goes to the audit trail)\" required size=40> <button>{verb}</button> \
+<span class=note>{what}; needs an admin credential</span></form>",
+        href = esc(&url_path(&s.source)),
+    )
+}
+
+async fn audit_page(
+    State(app): State<App>,
+    Query(view): Query<View>,
+    request: axum::extract::Request,
+) -> Response {
+    let (parts, _) = request.into_parts();
+    answer(&app, &parts, &view, "audit", || audit_main(&app))
+}
+
+fn audit_main(app: &App) -> String {
+    let field =
+        |v: &serde_json::Value, k: &str| esc(v.get(k).and_then(|x| x.as_str()).unwrap_or(""));
+    let rows: String = app
+        .board
+        .actions()
+        .iter()
+        .take(200)
+        .map(|a| {
+            let action = match a.get("paused").and_then(|p| p.as_bool()) {
+                Some(true) => "pause",
+                Some(false) => "resume",
+                None => "?",
+            };
+            format!(
+                "<tr><td>{}</td><td>{}</td><td>{action}</td><td>{}</td><td>{}</td><td class=pos>{}</td></tr>",
+                field(a, "at"), field(a, "by"), field(a, "source"), field(a, "reason"), field(a, "id"),
+            )
+        })
+        .collect();
+    let from = match &app.control {
+        Some((_, topic)) => format!("every instance's actions, from {}", esc(topic)),
+        None => "monitor.control_topic is off: no actions".into(),
+    };
+    format!(
+        "<h1>Audit</h1><p class=note>{from}; newest first (the API pages through all: /api/v1/audit)</p>\
+<table id=audit><thead><tr><th>at</th><th>by</th><th>action</th><th>source</th><th>why</th><th>id</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+}
+
+/// A source name as one segment of a path.
+fn url_path(name: &str) -> String {
+    name.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            b => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn runway(r: &SourceReport) -> String {
+    match (r.runway_secs, r.retention_secs) {
+        (Some(s), _) => duration(s as f64),
+        (None, None) => "unbounded".into(),
+        (None, Some(_)) => "—".into(),
+    }
+}
+
+/// Seconds as a person reads them.
+fn duration(secs: f64) -> String {
+    match secs {
+        s if s < 10.0 => format!("{s:.1} s"),
+        s if s < 120.0 => format!("{s:.0} s"),
+        s if s < 7200.0 => format!("{:.0} min", s / 60.0),
+        s if s < 172_800.0 => format!("{:.1} h", s / 3600.0),
+        s => format!("{:.1} d", s / 86_400.0),
+    }
+}
+
+fn charts(h: &Columns) -> String {
+    [
+        ("lag", "s", &h.lag_secs),
+        ("retention runway", "s", &h.runway_secs),
+        ("events/s", "", &h.events_per_sec),
+        ("acknowledgement latency", "ms", &h.ack_latency_ms),
+    ]
+    .iter()
+    .map(|(title, unit, values)| chart(title, unit, &h.at, values))
+    .collect()
+}
+
+/// A small line chart: the shape over the window, with its last and highest value.
+fn chart(title: &str, unit: &str, at: &[u32], values: &[Option<f32>]) -> String {
+    const W: f64 = 300.0;
+    const H: f64 = 60.0;
+    let known: Vec<f32> = values.iter().flatten().copied().collect();
+    let (Some(first), Some(last), false) = (at.first(), at.last(), known.is_empty()) else {
+        return format!("<figure class=chart data-chart=\"{t}\"><figcaption>{t}: no figure in this window</figcaption></figure>", t = esc(title));
+    };
+    let max = known
+        .iter()
+        .copied()
+        .fold(0.0f32, f32::max)
+        .max(f32::MIN_POSITIVE) as f64;
+    let span = f64::from((last - first).max(1));
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for (t, v) in at.iter().zip(values) {
+        match v {
+            Some(v) => {
+                let x = f64::from(t - first) / span * W;
+                let y = H - (f64::from(*v) / max * (H - 4.0)) - 2.0;
+                line.push_str(&format!("{x:.1},{y:.1} "));
+            }
+            None if !line.is_empty() => lines.push(std::mem::take(&mut line)),
+            None => {}
+        }
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    let polylines: String = lines
+        .iter()
+        .map(|points| format!("<polyline points=\"{}\"/>", points.trim_end()))
+        .collect();
+    let latest = values
+        .iter()
+        .rev()
+        .flatten()
+        .next()
+        .map(|v| format!("{v:.1}{unit}"))
+        .unwrap_or("—".into());
+    format!(
+        "<figure class=chart data-chart=\"{t}\"><figcaption>{t}: now {latest}, highest {max:.1}{unit}</figcaption>\
+<svg viewBox=\"0 0 {W} {H}\" width={W} height={H} role=img aria-label=\"{t}\">{polylines}</svg></figure>",
+        t = esc(title),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markup_in_names_is_text() {
+        assert_eq!(
+            esc("<a href='x'>&\""),
+            "&lt;a href=&#39;x&#39;&gt;&amp;&quot;"
+        );
+        assert_eq!(url_path("a b/c"), "a%20b%2Fc");
+    }
+
+    #[test]
+    fn a_chart_breaks_where_a_figure_was_unknown() {
+        let svg = chart(
+            "lag",
+            "s",
+            &[0, 10, 20, 30],
+            &[Some(1.0), None, Some(2.0), Some(4.0)],
+        );
+        assert_eq!(svg.matches("<polyline").count(), 2);
+        assert!(svg.contains("now 4.0s, highest 4.0s"));
+    }
+}

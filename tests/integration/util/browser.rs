@@ -1,0 +1,155 @@
+//! A real headless Chromium driven through WebDriver (Debian's `chromium` and
+//! `chromium-driver`, installed by `scripts/services up browser`), for the console's
+//! tests: a page is read as a person sees it, after its script ran.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+
+/// A browser session and the chromedriver serving it.
+pub struct Browser {
+    pub client: Client,
+    driver: Child,
+    shots: PathBuf,
+}
+
+impl Browser {
+    /// A fresh headless Chromium; screenshots go under `target/console-screenshots/TEST`.
+    pub async fn start(test: &str) -> Self {
+        super::services("up", "browser");
+        let port = super::monitor_port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver (scripts/services up browser)");
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            serde_json::json!({
+                "binary": "/usr/bin/chromium",
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1500,1000"],
+            }),
+        );
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let client = loop {
+            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            match ClientBuilder::new(connector)
+                .capabilities(caps.clone())
+                .connect(&url)
+                .await
+            {
+                Ok(c) => break c,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("no WebDriver session from chromedriver on {port}: {e}"),
+            }
+        };
+        let shots = super::repo_root()
+            .join("target/console-screenshots")
+            .join(test);
+        std::fs::create_dir_all(&shots).unwrap();
+        Self {
+            client,
+            driver,
+            shots,
+        }
+    }
+
+    pub async fn open(&self, url: &str) {
+        self.client.goto(url).await.unwrap();
+    }
+
+    /// The text of the first element `css` selects, if there is one.
+    pub async fn text(&self, css: &str) -> Option<String> {
+        let e = self.client.find(Locator::Css(css)).await.ok()?;
+        e.text().await.ok()
+    }
+
+    /// Waits until `check` holds for the page (re-read every 250 ms), returning how
+    /// long it took; fails naming `what` after `within`.
+    pub async fn wait_for<F, Fut>(&self, what: &str, within: Duration, check: F) -> Duration
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let start = Instant::now();
+        loop {
+            if check().await {
+                return start.elapsed();
+            }
+            if start.elapsed() > within {
+                let shot = self
+                    .screenshot(&format!("failed-{}", what.replace(' ', "-")))
+                    .await;
+                panic!(
+                    "the page did not show {what} within {within:?} (screenshot {}); its main part:\n{}",
+                    shot.display(),
+                    self.text("main").await.unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// The page's HTML as the browser holds it now (after its script ran).
+    pub async fn html(&self) -> String {
+        self.client.source().await.unwrap()
+    }
+
+    /// Saves a screenshot of the page as `name.png`; returns its path.
+    pub async fn screenshot(&self, name: &str) -> PathBuf {
+        let path = self.shots.join(format!("{name}.png"));
+        if let Ok(png) = self.client.screenshot().await {
+            std::fs::write(&path, png).unwrap();
+        }
+        path
+    }
+
+    /// Rows of the table `css` selects, each as its cells' texts.
+    pub async fn rows(&self, css: &str) -> Vec<Vec<String>> {
+        let Ok(rows) = self
+            .client
+            .find_all(Locator::Css(&format!("{css} tbody tr")))
+            .await
+        else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for row in rows {
+            let mut cells = Vec::new();
+            for cell in row.find_all(Locator::Css("td")).await.unwrap_or_default() {
+                cells.push(cell.text().await.unwrap_or_default());
+            }
+            out.push(cells);
+        }
+        out
+    }
+
+    /// Types `text` into the field `css` selects and submits its form.
+    pub async fn fill_and_submit(&self, css: &str, text: &str) {
+        let field = self.client.find(Locator::Css(css)).await.unwrap();
+        field.clear().await.unwrap();
+        field.send_keys(text).await.unwrap();
+        field.send_keys("\u{E007}").await.unwrap();
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.client.clone().close().await;
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+    }
+}
