@@ -74,6 +74,8 @@ pub enum PipelineError {
     },
     #[error("{0}")]
     Rules(String),
+    #[error("cannot follow monitor.control_topic {topic} (where the console's pauses are): {reason}. Grant the router's Kafka user CREATE (or create the topic: one partition, cleanup.policy=delete, retention.ms=-1), DESCRIBE and READ on it, or set monitor.control_topic = \"off\" (no pauses)")]
+    ControlTopic { topic: String, reason: String },
     #[error("cannot listen on monitor.listen {addr}: {source}")]
     MonitorListen {
         addr: String,

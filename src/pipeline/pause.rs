@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::PipelineError;
 use crate::kafka::{KafkaConfig, Tailed};
 use crate::monitor::control::PauseRecord;
 
@@ -28,12 +29,15 @@ struct Known {
     current: Option<PauseRecord>,
     /// Why the topic cannot be read, while it cannot.
     unreadable: Option<String>,
+    /// It cannot be read for good (refused, not failing): an operator must act.
+    refused: bool,
 }
 
 /// A source's pause as the control topic says it, kept current by a follower.
 #[derive(Clone)]
 pub struct Pauses {
     known: watch::Receiver<Known>,
+    topic: String,
 }
 
 impl Pauses {
@@ -41,6 +45,7 @@ impl Pauses {
     /// it exists: a missing topic would read as no answer, not as "no pause".
     pub fn follow(kafka: &KafkaConfig, topic: &str, source: &str, stop: CancellationToken) -> Self {
         let (tx, known) = watch::channel(Known::default());
+        let followed = topic.to_string();
         let (kafka, topic, source) = (kafka.clone(), topic.to_string(), source.to_string());
         tokio::spawn(async move {
             loop {
@@ -52,7 +57,10 @@ impl Pauses {
                 .await;
                 match made {
                     Ok(Ok(())) => break,
-                    Ok(Err(e)) => tx.send_modify(|k| k.unreadable = Some(e.to_string())),
+                    Ok(Err(e)) => tx.send_modify(|k| {
+                        k.refused = !e.is_transient();
+                        k.unreadable = Some(e.to_string());
+                    }),
                     Err(e) => tx.send_modify(|k| k.unreadable = Some(e.to_string())),
                 }
                 tokio::select! {
@@ -77,7 +85,10 @@ impl Pauses {
                                 changed
                             });
                         }
-                        Tailed::Failed(why) => tx.send_modify(|k| k.unreadable = Some(why)),
+                        Tailed::Failed(why) => tx.send_modify(|k| {
+                            k.refused = why.contains("uthorization");
+                            k.unreadable = Some(why);
+                        }),
                         Tailed::Record(m) if m.key() == Some(source.as_bytes()) => {
                             match m.payload().map(serde_json::from_slice::<PauseRecord>) {
                                 Some(Ok(record)) => tx.send_modify(|k| k.current = Some(record)),
@@ -95,19 +106,32 @@ impl Pauses {
                 },
             );
         });
-        Self { known }
+        Self {
+            known,
+            topic: followed,
+        }
     }
 
     /// The pause in force, once the topic was read to its end; waits for that (until
-    /// `stop`: then `None`). A topic that cannot be read is logged while it lasts.
-    pub async fn in_force(&self, stop: &CancellationToken) -> Option<Option<PauseRecord>> {
+    /// `stop`: then `Ok(None)`). A topic that cannot be read is logged while it lasts;
+    /// one refused for good (authorization) is an error naming the fix.
+    pub async fn in_force(
+        &self,
+        stop: &CancellationToken,
+    ) -> Result<Option<Option<PauseRecord>>, PipelineError> {
         let mut known = self.known.clone();
         let mut warned = false;
         loop {
             {
                 let k = known.borrow_and_update();
                 if k.caught_up {
-                    return Some(k.current.clone().filter(|p| p.paused));
+                    return Ok(Some(k.current.clone().filter(|p| p.paused)));
+                }
+                if let (true, Some(why)) = (k.refused, &k.unreadable) {
+                    return Err(PipelineError::ControlTopic {
+                        topic: self.topic.clone(),
+                        reason: why.clone(),
+                    });
                 }
                 if let (Some(why), false) = (&k.unreadable, warned) {
                     warn!(reason = %why, "cannot read the control topic: not streaming until it is read (an operator's pause must not be missed)");
@@ -115,8 +139,8 @@ impl Pauses {
                 }
             }
             tokio::select! {
-                changed = known.changed() => if changed.is_err() { return None },
-                _ = stop.cancelled() => return None,
+                changed = known.changed() => if changed.is_err() { return Ok(None) },
+                _ = stop.cancelled() => return Ok(None),
             }
         }
     }

@@ -75,7 +75,7 @@ pub(super) async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
         let run_stop = shutdown.child_token();
         let pause_watch = match ctx.pauses {
             None => None,
-            Some(pauses) => match pauses.in_force(shutdown).await {
+            Some(pauses) => match pauses.in_force(shutdown).await? {
                 None => return Ok(()),
                 Some(Some(pause)) => {
                     metrics.set_paused(Some(pause.describe()));

@@ -178,8 +178,9 @@ async fn routers_sharing_a_server_id_warn_then_one_stops() {
 }
 
 /// A Kafka user without CREATE (carol, ACLs enforced by the local broker's
-/// StandardAuthorizer) cannot create the event's topic: the router stops at once,
-/// naming the topic and what to change, instead of retrying forever.
+/// StandardAuthorizer) cannot create the console's control topic, nor (with it off)
+/// the event's topic: each time the router stops at once, naming the topic and what
+/// to change, instead of retrying forever.
 #[tokio::test(flavor = "multi_thread")]
 async fn topic_creation_denied_stops_naming_the_topic() {
     let _settings = SERVER_SETTINGS.read().await;
@@ -196,6 +197,18 @@ async fn topic_creation_denied_stops_naming_the_topic() {
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
     insert_txn(&mut conn, &db, &[Ev::new("denied-1", "Order", "a", "{}")]).await;
+    // The console's control topic first: refused, it stops the router naming it and
+    // the way out, rather than streaming past pauses it cannot see.
+    let mut router = setup.start_router();
+    let log = router.expect_failure("a control topic the Kafka user may not create");
+    let control = format!("{}.control", setup.topic_prefix);
+    assert!(
+        log.contains(&format!("cannot follow monitor.control_topic {control}"))
+            && log.contains("monitor.control_topic = \"off\""),
+        "the control topic or the fix is not named:\n{log}"
+    );
+    assert!(!log.contains("carol-secret"), "password leaked:\n{log}");
+    setup.monitor_toml = "control_topic = \"off\"".into();
     let started = Instant::now();
     let mut router = setup.start_router();
     let log = router.expect_failure("a topic the Kafka user may not create");
