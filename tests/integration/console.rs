@@ -530,3 +530,88 @@ async fn a_pause_from_the_page_holds_across_a_takeover_until_resumed() {
     browser.close().await;
     finish(&pool, writers, &mut [&mut b]).await;
 }
+
+/// A private broker of this test's own, to freeze (others: 9292, 9392, 9592).
+const FROZEN_KAFKA_PORT: u16 = 9692;
+
+/// Seconds in a duration as the page writes it ("0.4 s", "12 s", "3 min", "1.5 h").
+fn secs_of(text: &str) -> Option<f64> {
+    let (n, unit) = text.trim().split_once(' ')?;
+    let n: f64 = n.parse().ok()?;
+    Some(match unit {
+        "s" => n,
+        "min" => n * 60.0,
+        "h" => n * 3600.0,
+        "d" => n * 86_400.0,
+        _ => return None,
+    })
+}
+
+/// The fleet page's lag of the only source (seconds), if it shows one.
+async fn lag_on_page(browser: &Browser) -> Option<f64> {
+    let rows = browser.rows("#fleet").await;
+    rows.first().and_then(|r| r.get(3)).and_then(|t| secs_of(t))
+}
+
+/// Kafka frozen (SIGSTOP: a long GC pause, a stalled VM) while events keep coming: the
+/// fleet page, refreshed by its script, shows the lag rising; Kafka back, it falls
+/// again. Every event arrives (0 lost).
+#[tokio::test(flavor = "multi_thread")]
+async fn lag_rises_on_the_page_while_kafka_is_frozen_and_falls_after() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let broker = PrivateBroker::new(FROZEN_KAFKA_PORT);
+    broker.wipe();
+    broker.services("up");
+    let (_conn, mut setup) = fresh("console_frozen").await;
+    setup.kafka_bootstrap = broker.bootstrap();
+    let kafka = Kafka::at(&broker.bootstrap());
+    let mut router = setup.start_router();
+    wait_http_ok(setup.monitor_port, "/ready", Duration::from_secs(60)).await;
+    let writer = Writer::start(&setup.db);
+    let browser = Browser::start("frozen").await;
+    browser
+        .open(&format!("http://127.0.0.1:{}/console", setup.monitor_port))
+        .await;
+    browser
+        .wait_for(
+            "a lag under 3 s while Kafka answers",
+            Duration::from_secs(60),
+            || async { lag_on_page(&browser).await.is_some_and(|l| l < 3.0) },
+        )
+        .await;
+    browser.screenshot("lag-before").await;
+
+    broker.signal("-STOP");
+    let rose = browser
+        .wait_for(
+            "the lag rising past 8 s while Kafka is frozen",
+            Duration::from_secs(40),
+            || async { lag_on_page(&browser).await.is_some_and(|l| l >= 8.0) },
+        )
+        .await;
+    let peak = lag_on_page(&browser).await;
+    browser.screenshot("lag-while-frozen").await;
+    broker.signal("-CONT");
+    let fell = browser
+        .wait_for(
+            "the lag falling under 3 s once Kafka answers",
+            Duration::from_secs(90),
+            || async { lag_on_page(&browser).await.is_some_and(|l| l < 3.0) },
+        )
+        .await;
+    browser.screenshot("lag-after").await;
+    println!(
+        "console: Kafka frozen: the page showed the lag past 8 s after {} ms (then {peak:?} s); Kafka back, under 3 s after {} ms",
+        rose.as_millis(),
+        fell.as_millis()
+    );
+    browser.close().await;
+    let total = writer.stop().await;
+    let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
+    kafka.wait_for_count(&topics, total as i64, Duration::from_secs(120));
+    assert!(router.stop(Duration::from_secs(30)).success());
+    let ids: std::collections::BTreeSet<String> =
+        kafka.read_all(&topics).iter().map(|m| m.id()).collect();
+    assert_eq!(ids.len(), total, "lost events:\n{}", router.log());
+    println!("console: Kafka frozen: {total} events, 0 lost");
+}
