@@ -39,6 +39,7 @@ pub(super) async fn run(config: Config, sink: SinkArg, init: bool) -> Result<Exi
             None => return Ok(ExitCode::SUCCESS),
         }
     }
+    let shared = config.clone();
     let config = &*config;
     // From here on `status` calls this router starting, not stopped. Taken beside a
     // store that exists: a start refused for a missing one leaves nothing behind.
@@ -56,6 +57,10 @@ pub(super) async fn run(config: Config, sink: SinkArg, init: bool) -> Result<Exi
         SinkArg::Stdout => SinkKind::Stdout,
         SinkArg::Null => SinkKind::Null,
     };
+    // The endpoints answer until the pipeline has drained (a stop of its own).
+    let monitor_stop = CancellationToken::new();
+    let _monitor_stopped = monitor_stop.clone().drop_guard();
+    start_monitor(shared, sink, &metrics, monitor_stop).await?;
     pipeline::run(config, sink, shutdown, metrics).await?;
     Ok(ExitCode::SUCCESS)
 }
@@ -130,4 +135,40 @@ pub(super) async fn pool(
     }
     crate::pool::run(path, init, shutdown).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The monitor server and the fleet's reports for this router: its one source, its
+/// event lookup. A dry run reports to no fleet.
+async fn start_monitor(
+    shared: std::sync::Arc<Config>,
+    sink: SinkKind,
+    metrics: &Metrics,
+    stop: CancellationToken,
+) -> Result<()> {
+    let config = &*shared;
+    let name = config.console_name();
+    let served = crate::monitor::Served::single(
+        config.ha.instance_name(),
+        config.fleet_lock().map(|l| l.group),
+        &name,
+        metrics.clone(),
+    );
+    let kafka = (sink == SinkKind::Kafka).then_some(&config.kafka);
+    let lookup = crate::pipeline::lookup::EventLookup::default();
+    lookup.insert(&name, std::sync::Arc::new(shared.clone()));
+    let lookup: std::sync::Arc<dyn crate::monitor::server::Lookup> = std::sync::Arc::new(lookup);
+    crate::monitor::start(
+        &config.monitor,
+        kafka,
+        std::sync::Arc::new(served),
+        kafka.map(|_| lookup),
+        stop,
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "cannot listen on monitor.listen = {}",
+            config.monitor.listen
+        )
+    })
 }

@@ -76,11 +76,6 @@ pub enum PipelineError {
     Rules(String),
     #[error("cannot follow monitor.control_topic {topic} (where the console's pauses are): {reason}. Grant the router's Kafka user CREATE (or create the topic: one partition, cleanup.policy=delete, retention.ms=-1), DESCRIBE and READ on it, or set monitor.control_topic = \"off\" (no pauses)")]
     ControlTopic { topic: String, reason: String },
-    #[error("cannot listen on monitor.listen {addr}: {source}")]
-    MonitorListen {
-        addr: String,
-        source: std::io::Error,
-    },
     #[error("source.snapshot = \"initial\" needs MariaDB's binlog_snapshot_file/position (not available on this server): use snapshot = \"never\" and `recover --since` for the rows already there")]
     SnapshotUnsupported,
     #[error("the checkpoint has no commit time to recover from: pass --since UNIX_SECONDS (when the router last ran, minus a margin)")]

@@ -7,11 +7,15 @@
 //! when Kafka stalls the binlog stays on the server and memory stays flat. Deliveries
 //! complete in any order; an ordered queue releases them in commit order, so the
 //! checkpoint only ever covers a contiguous prefix of acknowledged transactions.
+//!
+//! Beside the run: `pause` (an operator's pause, followed on the control topic) and
+//! `lookup` (where an event went, for the console).
 
 mod ack;
 mod error;
 mod handoff;
 mod invalid;
+pub mod lookup;
 pub mod pause;
 mod preflight;
 mod read;
@@ -22,7 +26,6 @@ mod standby;
 mod supervise;
 pub(crate) mod table;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -36,7 +39,7 @@ use supervise::{supervise, Ctx};
 
 use crate::checkpoint::CheckpointStore;
 use crate::config::Config;
-use crate::monitor::{Metrics, Role, Served};
+use crate::monitor::{Metrics, Role};
 use crate::outbox::OnInvalid;
 
 /// Runs until `shutdown` fires (Ok) or a non-transient error (Err), restarting from the
@@ -100,27 +103,6 @@ async fn run_as(
     // Whatever ends this function (a panic too), the monitor's followers of Kafka
     // topics stop: the runtime waits for their threads before the process can exit.
     let _monitor_stopped = monitor_stop.clone().drop_guard();
-    if pooled.is_none() {
-        let served = Served::single(
-            config.ha.instance_name(),
-            config.fleet_lock().map(|l| l.group),
-            &config.console_name(),
-            metrics.clone(),
-        );
-        // A dry run reports to no one: it is not the fleet's.
-        let kafka = (sink_kind == SinkKind::Kafka).then_some(&config.kafka);
-        crate::monitor::start(
-            &config.monitor,
-            kafka,
-            Arc::new(served),
-            monitor_stop.clone(),
-        )
-        .await
-        .map_err(|source| PipelineError::MonitorListen {
-            addr: config.monitor.listen.clone(),
-            source,
-        })?;
-    }
     // Tests hold a start here (`sleep(MS)`) to see what `status` says meanwhile.
     fail::fail_point!("pipeline.before_first_observation");
     let watcher = crate::monitor::watch(

@@ -84,6 +84,12 @@ pub struct PoolSource {
     pub text: String,
 }
 
+impl AsRef<Config> for PoolSource {
+    fn as_ref(&self) -> &Config {
+        &self.config
+    }
+}
+
 /// A loaded pool: its settings, the shared monitor section, and every source.
 #[derive(Debug)]
 pub struct Pool {

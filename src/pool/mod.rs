@@ -63,10 +63,13 @@ pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result
     // Whatever ends this function (a panic too), the monitor's followers of Kafka
     // topics stop: the runtime waits for their threads before the process can exit.
     let _monitor_stopped = monitor_stop.clone().drop_guard();
+    let lookup = Arc::new(crate::pipeline::lookup::EventLookup::default());
+    let lookup_dyn: Arc<dyn crate::monitor::server::Lookup> = lookup.clone();
     crate::monitor::start(
         &pool.monitor,
         Some(&pool.kafka),
         view.clone(),
+        Some(lookup_dyn),
         monitor_stop.clone(),
     )
     .await
@@ -127,6 +130,7 @@ pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result
         sources: BTreeMap::new(),
         lock,
         view,
+        lookup,
         instance,
         group,
         shutdown: shutdown.clone(),

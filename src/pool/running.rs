@@ -23,6 +23,8 @@ pub(super) struct Running {
     pub(super) sources: BTreeMap<String, SourceTask>,
     pub(super) lock: Arc<Lock>,
     pub(super) view: Arc<Served>,
+    /// The console's event lookup: the sources running here.
+    pub(super) lookup: Arc<crate::pipeline::lookup::EventLookup>,
     pub(super) instance: String,
     pub(super) group: String,
     pub(super) shutdown: CancellationToken,
@@ -47,6 +49,7 @@ impl Running {
         self.view.insert(&source.name, metrics.clone());
         let lease = Lease::of(&self.lock, &source.lock_topic.clone()).expect("subscribed");
         let source = Arc::new(source);
+        self.lookup.insert(&source.name, source.clone());
         let stop = self.shutdown.child_token();
         let task = {
             let (source, metrics, stop) = (source.clone(), metrics.clone(), stop.clone());
@@ -186,6 +189,7 @@ impl Running {
             self.stop(name).await;
             if !restarted {
                 self.view.remove(name);
+                self.lookup.remove(name);
             }
         }
         let mut topics: Vec<String> = unchanged

@@ -615,3 +615,79 @@ async fn lag_rises_on_the_page_while_kafka_is_frozen_and_falls_after() {
     assert_eq!(ids.len(), total, "lost events:\n{}", router.log());
     println!("console: Kafka frozen: {total} events, 0 lost");
 }
+
+/// An event found by id from the source's page (its form works without script too):
+/// the page shows its outbox row and its record's partition and offset, as a consumer
+/// reads them — found through the key's partition from the row's time, not by reading
+/// the topic whole (6 partitions, 3,000 events). An id no row has is said to be absent
+/// (never written, or pruned).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_is_found_by_id_with_its_partition_and_offset() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (_conn, mut setup) = fresh("console_lookup").await;
+    let prefix = setup.topic_prefix.clone();
+    setup.extra_toml = format!("[[kafka.topics.rule]]\npattern = \"{prefix}.*\"\npartitions = 6\n");
+    setup.columns_toml = "timestamp = \"created_at\"".into();
+    let mut router = setup.start_router();
+    wait_http_ok(setup.monitor_port, "/ready", Duration::from_secs(60)).await;
+    crate::crash::write_mixed(&setup.db, 0, 3_000, 40).await;
+    let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
+    assert_eq!(
+        wait_for_ids(&topics, 3_000, Duration::from_secs(120)),
+        3_000
+    );
+    let all = read_all(&topics);
+    let source = "router";
+    let browser = Browser::start("lookup").await;
+    for pick in [7, 1_501, 2_999] {
+        let id = format!("s-{pick}");
+        let msg = all.iter().find(|m| m.id() == id).expect("written");
+        browser
+            .open(&format!(
+                "http://127.0.0.1:{}/console/sources/{source}",
+                setup.monitor_port
+            ))
+            .await;
+        browser.fill_and_submit("#lookup input[name=id]", &id).await;
+        browser
+            .wait_for("the event's record", Duration::from_secs(30), || async {
+                browser.text("#record-offset").await.is_some()
+                    || browser.text("#not-found").await.is_some()
+                    || browser.text("#lookup-error").await.is_some()
+            })
+            .await;
+        let (partition, offset) = (
+            browser.text("#record-partition").await,
+            browser.text("#record-offset").await,
+        );
+        assert_eq!(
+            (partition.as_deref(), offset.as_deref()),
+            (
+                Some(msg.partition.to_string().as_str()),
+                Some(msg.offset.to_string().as_str())
+            ),
+            "{id}: the page shows {:?}",
+            browser.text("main").await
+        );
+        assert_eq!(
+            browser.text("#record-topic").await.as_deref(),
+            Some(msg.topic.as_str())
+        );
+        println!(
+            "console: {id} found on the page at {}/{}/{}",
+            msg.topic, msg.partition, msg.offset
+        );
+    }
+    browser.screenshot("event").await;
+    no_secret(&browser.html().await, "the event page");
+    // No row of that id: said so, without a search of the topics.
+    let (code, body) = http_get(
+        setup.monitor_port,
+        &format!("/api/v1/sources/{source}/events/never-written"),
+    )
+    .await;
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("never written, or pruned"), "{body}");
+    browser.close().await;
+    assert!(router.stop(Duration::from_secs(30)).success());
+}

@@ -68,6 +68,8 @@ pub enum Refusal {
     TooManyFailures { retry_secs: u64 },
     #[error("too many actions: wait {retry_secs} s")]
     TooManyActions { retry_secs: u64 },
+    #[error("too many event lookups (each reads Kafka): wait {retry_secs} s")]
+    TooManyLookups { retry_secs: u64 },
 }
 
 impl Refusal {
@@ -78,9 +80,9 @@ impl Refusal {
             | Refusal::Unknown
             | Refusal::Malformed => StatusCode::UNAUTHORIZED,
             Refusal::ReadOnly { .. } | Refusal::PlainHttp => StatusCode::FORBIDDEN,
-            Refusal::TooManyFailures { .. } | Refusal::TooManyActions { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            Refusal::TooManyFailures { .. }
+            | Refusal::TooManyActions { .. }
+            | Refusal::TooManyLookups { .. } => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 }
@@ -102,6 +104,7 @@ pub struct Gate {
     tls: bool,
     failures: Mutex<Bucket>,
     actions: Mutex<Bucket>,
+    lookups: Mutex<Bucket>,
 }
 
 impl Gate {
@@ -117,6 +120,8 @@ impl Gate {
             failures: Mutex::new(Bucket::new(10, Duration::from_secs(60))),
             // Thirty actions a minute over all callers.
             actions: Mutex::new(Bucket::new(30, Duration::from_secs(60))),
+            // Twenty lookups a minute: each reads the tables and up to a few partitions.
+            lookups: Mutex::new(Bucket::new(20, Duration::from_secs(60))),
         }
     }
 
@@ -144,6 +149,15 @@ impl Gate {
             .take()
             .map_err(|retry_secs| Refusal::TooManyActions { retry_secs })?;
         Ok(caller)
+    }
+
+    /// One event lookup of the rate spent, or how long to wait.
+    pub fn lookup(&self) -> Result<(), Refusal> {
+        self.lookups
+            .lock()
+            .expect("lookup bucket")
+            .take()
+            .map_err(|retry_secs| Refusal::TooManyLookups { retry_secs })
     }
 
     /// The credential `parts` carries, checked; `None` when it carries none.

@@ -20,6 +20,7 @@ pub fn routes() -> Router<App> {
         .route("/api/v1/sources/{name}", get(source))
         .route("/api/v1/sources/{name}/history", get(history))
         .route("/api/v1/audit", get(audit))
+        .route("/api/v1/sources/{name}/events/{id}", get(event))
 }
 
 /// `?page=1&per_page=50` (pages count from 1; at most 500 per page).
@@ -168,4 +169,41 @@ async fn audit(
     let mut body = paging.page(app.board.actions());
     body["control_topic"] = app.control.as_ref().map(|(_, t)| t.clone()).into();
     Json(body)
+}
+
+/// Where an event went: its outbox row(s) and record(s), found in Kafka.
+pub async fn find_event(
+    app: &App,
+    source: &str,
+    id: &str,
+) -> Result<serde_json::Value, (StatusCode, String)> {
+    if id.is_empty() {
+        return Err((StatusCode::BAD_REQUEST, "give an event id".into()));
+    }
+    let Some(lookup) = &app.lookup else {
+        return Err((
+            StatusCode::NOT_IMPLEMENTED,
+            "event lookup is not offered by this instance".into(),
+        ));
+    };
+    app.gate.lookup().map_err(|r| (r.status(), r.to_string()))?;
+    let found = lookup
+        .find(source, id)
+        .await
+        .map_err(|why| (StatusCode::BAD_GATEWAY, why))?;
+    match found.as_array().is_some_and(|a| a.is_empty()) {
+        true => Err((StatusCode::NOT_FOUND, format!("no outbox row of {source} has event id {id:?}: never written, or pruned since (a pruned row's record cannot be searched for without its key and time; `reconcile` reads topics whole)"))),
+        false => Ok(found),
+    }
+}
+
+async fn event(
+    State(app): State<App>,
+    Reader(_): Reader,
+    Path((name, id)): Path<(String, String)>,
+) -> Response {
+    match find_event(&app, &name, &id).await {
+        Ok(found) => Json(json!({ "source": name, "event_id": id, "rows": found })).into_response(),
+        Err((code, why)) => (code, Json(json!({ "error": why }))).into_response(),
+    }
 }

@@ -21,6 +21,19 @@ pub struct App {
     pub status_topic: Option<String>,
     /// Where actions go for every instance to follow (`None`: no actions).
     pub control: Option<(crate::kafka::KafkaConfig, String)>,
+    /// Finds an event by id (`None`: not offered here).
+    pub lookup: Option<Arc<dyn Lookup>>,
+}
+
+/// Finds where an event went, by its id, for a source configured on this instance:
+/// the JSON the API answers with (an array, one entry per outbox row of the id), or
+/// why it cannot. Given by the binary (the operator commands know the tables).
+pub trait Lookup: Send + Sync {
+    fn find<'a>(
+        &'a self,
+        source: &'a str,
+        event_id: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<serde_json::Value, String>>;
 }
 
 impl FromRef<App> for Arc<Served> {
@@ -55,5 +68,6 @@ pub struct ConsoleSetup<'a> {
     pub board: Arc<Board>,
     pub status_topic: Option<String>,
     pub control: Option<(crate::kafka::KafkaConfig, String)>,
+    pub lookup: Option<Arc<dyn Lookup>>,
     pub credentials: &'a BTreeMap<String, Credential>,
 }

@@ -25,6 +25,7 @@ pub fn routes() -> Router<App> {
         .route("/console", get(fleet_page))
         .route("/console/sources/{name}", get(source_page))
         .route("/console/audit", get(audit_page))
+        .route("/console/sources/{name}/events", get(event_page))
         .route(
             "/console/assets/console.js",
             get(|| asset(SCRIPT, "text/javascript")),
@@ -71,6 +72,18 @@ fn answer(
     title: &str,
     main: impl FnOnce() -> String,
 ) -> Response {
+    answer_as(app, parts, view, title, true, main)
+}
+
+/// `answer`, for a page the script refreshes (`live`) or one made once.
+fn answer_as(
+    app: &App,
+    parts: &axum::http::request::Parts,
+    view: &View,
+    title: &str,
+    live: bool,
+    main: impl FnOnce() -> String,
+) -> Response {
     let (main, status) = match app.gate.reader(parts) {
         Ok(_) => (main(), StatusCode::OK),
         Err(refusal) if view.fragment.is_some() => return refusal.into_response(),
@@ -96,7 +109,8 @@ fn answer(
 <script src=/console/assets/console.js defer></script></head><body>\
 <header><a class=home href=/console>outbox-router</a><nav><a href=/console>fleet</a> <a href=/console/audit>audit</a></nav><span class=where>instance {instance}{group}</span>\
 <form id=signin><label>credential <input id=token type=password autocomplete=off placeholder=\"token\"></label> <button>use</button> <button type=button id=signout>forget</button></form>\
-<span id=who></span></header>\n<div id=outcome></div><main id=main>{main}</main></body></html>\n",
+<span id=who></span></header>\n<div id=outcome></div><main id=main{once}>{main}</main></body></html>\n",
+        once = if live { "" } else { " data-refresh=off" },
         title = esc(title),
         instance = esc(served.instance()),
         group = served.group().map(|g| format!(" · group {}", esc(g))).unwrap_or_default(),
@@ -249,7 +263,10 @@ fn actions(s: &FleetSource) -> String {
         ),
     };
     format!(
-        "<h2>Actions</h2><form class=action id={verb} action=\"/api/v1/sources/{href}/{verb}\" method=post>\
+        "<h2>Find an event</h2><form id=lookup method=get action=\"/console/sources/{href}/events\">\
+<input name=id placeholder=\"event id\" required size=40> <button>find</button> \
+<span class=note>its outbox row and where its record is in Kafka</span></form>\
+<h2>Actions</h2><form class=action id={verb} action=\"/api/v1/sources/{href}/{verb}\" method=post>\
 <input name=reason placeholder=\"why (goes to the audit trail)\" required size=40> <button>{verb}</button> \
 <span class=note>{what}; needs an admin credential</span></form>",
         href = esc(&url_path(&s.source)),
@@ -410,4 +427,82 @@ mod tests {
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert!(svg.contains("now 4.0s, highest 4.0s"));
     }
+}
+
+/// `?id=EVENT_ID`
+#[derive(Debug, Deserialize)]
+struct EventQuery {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    fragment: Option<u8>,
+}
+
+async fn event_page(
+    State(app): State<App>,
+    Path(name): Path<String>,
+    Query(q): Query<EventQuery>,
+    request: axum::extract::Request,
+) -> Response {
+    let (parts, _) = request.into_parts();
+    let view = View {
+        fragment: q.fragment,
+    };
+    let title = format!("event {}", q.id);
+    // Looked up only for a caller who may read (a lookup reads payloads' places).
+    let found = match app.gate.reader(&parts) {
+        Ok(_) => Some(super::api::find_event(&app, &name, q.id.trim()).await),
+        Err(_) => None,
+    };
+    answer_as(&app, &parts, &view, &title, false, || match found {
+        Some(Ok(rows)) => event_main(&name, &q.id, &rows),
+        Some(Err((_, why))) => format!(
+            "<h1>Event <span id=event-id>{}</span></h1><p class=refused id=lookup-error>{}</p>",
+            esc(&q.id),
+            esc(&why)
+        ),
+        None => String::new(),
+    })
+}
+
+fn event_main(source: &str, id: &str, rows: &serde_json::Value) -> String {
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::Null => "—".to_string(),
+        serde_json::Value::String(s) => esc(s),
+        other => esc(&other.to_string()),
+    };
+    let mut out = format!(
+        "<h1>Event <span id=event-id>{}</span></h1><p class=note>source <a href=\"/console/sources/{}\">{}</a></p>",
+        esc(id),
+        esc(&url_path(source)),
+        esc(source)
+    );
+    for row in rows.as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "<h2>Outbox row</h2><dl class=figures><dt>table</dt><dd>{}</dd><dt>aggregate</dt><dd>{} {}</dd><dt>event type</dt><dd>{}</dd><dt>row time</dt><dd>{}</dd><dt>routed to</dt><dd>{}</dd></dl>",
+            text(&row["table"]), text(&row["aggregate_type"]), text(&row["aggregate_id"]), text(&row["event_type"]),
+            row["row_time_ms"].as_i64().map(|ms| humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64)).to_string()).unwrap_or("—".into()),
+            text(&row["topic"]),
+        ));
+        let r = &row["record"];
+        if r.is_null() {
+            out.push_str(&format!(
+                "<p class=refused id=not-found>not found in Kafka: {}</p>",
+                text(&row["searched"])
+            ));
+            continue;
+        }
+        let headers: String = r["headers"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("<tr><td>{}</td><td>{}</td></tr>", esc(k), text(v)))
+            .collect();
+        out.push_str(&format!(
+            "<h2>Record</h2><dl class=figures id=record><dt>topic</dt><dd id=record-topic>{}</dd><dt>partition</dt><dd id=record-partition>{}</dd><dt>offset</dt><dd id=record-offset>{}</dd><dt>timestamp</dt><dd>{}</dd><dt>claim check</dt><dd>{}</dd></dl>\
+<table id=headers><thead><tr><th>header</th><th>value</th></tr></thead><tbody>{headers}</tbody></table>",
+            text(&r["topic"]), text(&r["partition"]), text(&r["offset"]), text(&r["timestamp_ms"]), text(&r["claim_check"]),
+        ));
+    }
+    out
 }

@@ -133,12 +133,38 @@ impl Browser {
         out
     }
 
-    /// Types `text` into the field `css` selects and submits its form.
+    /// Types `text` into the field `css` selects and submits its form. The page's
+    /// script may replace the main part between finding the field and focusing it
+    /// (it leaves it alone once a field in it has the focus): found again until the
+    /// focused field is the one on the page.
     pub async fn fill_and_submit(&self, css: &str, text: &str) {
-        let field = self.client.find(Locator::Css(css)).await.unwrap();
-        field.clear().await.unwrap();
-        field.send_keys(text).await.unwrap();
-        field.send_keys("\u{E007}").await.unwrap();
+        for _ in 0..20 {
+            // Any step may meet a field the script just replaced (stale): again.
+            let Ok(field) = self.client.find(Locator::Css(css)).await else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
+            if field.click().await.is_err() {
+                continue;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let Ok(again) = self.client.find(Locator::Css(css)).await else {
+                continue;
+            };
+            if again.element_id() != field.element_id()
+                || field.clear().await.is_err()
+                || field.send_keys(text).await.is_err()
+            {
+                continue;
+            }
+            if field.prop("value").await.ok().flatten().as_deref() != Some(text) {
+                continue;
+            }
+            if field.send_keys("\u{E007}").await.is_ok() {
+                return;
+            }
+        }
+        panic!("could not type into {css}: the page kept replacing it");
     }
 
     pub async fn close(mut self) {

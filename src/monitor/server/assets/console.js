@@ -41,8 +41,11 @@ async function whoami() {
 }
 
 async function refresh() {
+  // A page that costs something to make (an event lookup) is made once.
+  if (document.getElementById("main").dataset.refresh === "off") return;
   try {
-    const r = await fetch(location.pathname + "?fragment=1", { headers: headers() });
+    const query = location.search ? location.search + "&fragment=1" : "?fragment=1";
+    const r = await fetch(location.pathname + query, { headers: headers() });
     if (r.ok) {
       const main = document.getElementById("main");
       // Forms being filled in are not refreshed away.
