@@ -133,7 +133,8 @@ pub(super) async fn pool(
     if shadow || !matches!(sink, SinkArg::Kafka) {
         anyhow::bail!("a pool runs with the Kafka sink and without --shadow: run one source's file on its own for a dry run or a shadow");
     }
-    crate::pool::run(path, init, shutdown).await?;
+    let sources = std::sync::Arc::new(crate::pipeline::lookup::EventLookup::default());
+    crate::pool::run(path, init, shutdown, sources.clone(), desk(sources)).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -154,14 +155,17 @@ async fn start_monitor(
         metrics.clone(),
     );
     let kafka = (sink == SinkKind::Kafka).then_some(&config.kafka);
-    let lookup = crate::pipeline::lookup::EventLookup::default();
-    lookup.insert(&name, std::sync::Arc::new(shared.clone()));
-    let lookup: std::sync::Arc<dyn crate::monitor::server::Lookup> = std::sync::Arc::new(lookup);
+    let sources = std::sync::Arc::new(crate::pipeline::lookup::EventLookup::default());
+    sources.insert(&name, std::sync::Arc::new(shared.clone()));
+    let desk = match kafka {
+        Some(_) => desk(sources),
+        None => crate::monitor::server::Desk::default(),
+    };
     crate::monitor::start(
         &config.monitor,
         kafka,
         std::sync::Arc::new(served),
-        kafka.map(|_| lookup),
+        desk,
         stop,
     )
     .await
@@ -171,4 +175,17 @@ async fn start_monitor(
             config.monitor.listen
         )
     })
+}
+
+/// The console's event lookup and replay over `sources`.
+fn desk(
+    sources: std::sync::Arc<crate::pipeline::lookup::EventLookup>,
+) -> crate::monitor::server::Desk {
+    let replay = crate::ops::console::ConsoleReplay {
+        sources: sources.clone(),
+    };
+    crate::monitor::server::Desk {
+        lookup: Some(sources),
+        replay: Some(std::sync::Arc::new(replay)),
+    }
 }

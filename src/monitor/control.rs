@@ -31,8 +31,49 @@ impl PauseRecord {
     }
 }
 
-/// Writes `record` under its source's key and waits for Kafka's proof (an offset).
-pub async fn write(kafka: &KafkaConfig, topic: &str, record: &PauseRecord) -> Result<i64, String> {
+/// A replay from the console, for the audit view (the replay's own trail is
+/// `ops.audit_file` / `ops.audit_topic`, under the same id).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayRecord {
+    /// `replay`.
+    pub action: String,
+    pub source: String,
+    pub by: String,
+    pub reason: String,
+    pub at: String,
+    /// The replay's id: the replay header of every record it sent.
+    pub id: String,
+    pub event_ids: Vec<String>,
+    /// Records sent and acknowledged.
+    pub count: u64,
+    pub outcome: String,
+}
+
+/// A record of the control topic: its key and value.
+pub trait ControlRecord: Serialize {
+    fn key(&self) -> String;
+}
+
+impl ControlRecord for PauseRecord {
+    /// The source: the newest record of the key is its state.
+    fn key(&self) -> String {
+        self.source.clone()
+    }
+}
+
+impl ControlRecord for ReplayRecord {
+    /// Beside the source's state, never read as it.
+    fn key(&self) -> String {
+        format!("replay/{}", self.source)
+    }
+}
+
+/// Writes `record` under its key and waits for Kafka's proof (an offset).
+pub async fn write(
+    kafka: &KafkaConfig,
+    topic: &str,
+    record: &impl ControlRecord,
+) -> Result<i64, String> {
     let (k, t) = (kafka.clone(), topic.to_string());
     tokio::task::spawn_blocking(move || {
         TopicCreator::new(&k).and_then(|c| c.ensure_kept_forever(&t, "control"))
@@ -44,12 +85,13 @@ pub async fn write(kafka: &KafkaConfig, topic: &str, record: &PauseRecord) -> Re
         .set("statistics.interval.ms", "0")
         .create()
         .map_err(|e| e.to_string())?;
-    let value = serde_json::to_vec(record).expect("a pause record serialises");
+    let value = serde_json::to_vec(record).expect("a control record serialises");
+    let key = record.key();
     let sent = producer
         .send(
             FutureRecord::to(topic)
                 .partition(0)
-                .key(&record.source)
+                .key(&key)
                 .payload(&value),
             Duration::from_secs(30),
         )

@@ -44,7 +44,7 @@ pub async fn start(
     config: &MonitorConfig,
     kafka: Option<&KafkaConfig>,
     served: Arc<Served>,
-    lookup: Option<Arc<dyn server::Lookup>>,
+    desk: server::Desk,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
     let board = Arc::new(fleet::Board::default());
@@ -68,7 +68,7 @@ pub async fn start(
             board,
             status_topic: topic.map(|(_, t)| t.to_string()),
             control: control.map(|(k, t)| (k.clone(), t.to_string())),
-            lookup,
+            desk,
             credentials: &config.credentials,
         };
         server::serve(addr, setup, stop).await?;

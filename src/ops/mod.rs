@@ -11,9 +11,11 @@
 //! - `reconcile`: compare a window of rows with what the topics hold, by event id.
 //! - `parked`: what ordered parking holds back; an operator's release or drop.
 //! - `audit`: the trail of every replay.
+//! - `console`: the console's replay, as its caller.
 
 pub mod audit;
 pub mod checkpoint;
+pub mod console;
 pub mod import;
 pub mod parked;
 pub mod prune;

@@ -300,6 +300,16 @@ impl EventLookup {
     pub fn remove(&self, name: &str) {
         self.sources.write().expect("lookup sources").remove(name);
     }
+
+    /// The settings of `name`, when it is configured here.
+    pub fn config_of(&self, name: &str) -> Result<Configured, String> {
+        self.sources
+            .read()
+            .expect("lookup sources")
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("source {name:?} is not configured on this instance"))
+    }
 }
 
 impl crate::monitor::server::Lookup for EventLookup {
@@ -309,13 +319,7 @@ impl crate::monitor::server::Lookup for EventLookup {
         event_id: &'a str,
     ) -> futures::future::BoxFuture<'a, Result<serde_json::Value, String>> {
         Box::pin(async move {
-            let config = self
-                .sources
-                .read()
-                .expect("lookup sources")
-                .get(source)
-                .cloned()
-                .ok_or_else(|| format!("source {source:?} is not configured on this instance"))?;
+            let config = self.config_of(source)?;
             let found = find(config.as_ref().as_ref(), event_id)
                 .await
                 .map_err(|e| crate::cause_chain(&anyhow::Error::from(e)))?;

@@ -45,8 +45,15 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Runs this instance's part of the pool until `shutdown`; `init` records each
 /// source's first start where it has none (as `checkpoint init` would). SIGHUP, and
 /// every `pool.watch_secs`, reads the sources directory again: added sources join,
-/// removed ones stop (drained and committed) and leave, changed ones restart.
-pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result<()> {
+/// removed ones stop (drained and committed) and leave, changed ones restart. The
+/// console offers `desk` over the sources running here, which are kept in `lookup`.
+pub async fn run(
+    path: &Path,
+    init: bool,
+    shutdown: CancellationToken,
+    lookup: Arc<crate::pipeline::lookup::EventLookup>,
+    desk: crate::monitor::server::Desk,
+) -> Result<()> {
     let mut pool = Pool::load(path)?;
     let settings = pool.settings.clone();
     let instance = settings.instance_name();
@@ -63,13 +70,11 @@ pub async fn run(path: &Path, init: bool, shutdown: CancellationToken) -> Result
     // Whatever ends this function (a panic too), the monitor's followers of Kafka
     // topics stop: the runtime waits for their threads before the process can exit.
     let _monitor_stopped = monitor_stop.clone().drop_guard();
-    let lookup = Arc::new(crate::pipeline::lookup::EventLookup::default());
-    let lookup_dyn: Arc<dyn crate::monitor::server::Lookup> = lookup.clone();
     crate::monitor::start(
         &pool.monitor,
         Some(&pool.kafka),
         view.clone(),
-        Some(lookup_dyn),
+        desk,
         monitor_stop.clone(),
     )
     .await

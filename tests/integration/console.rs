@@ -620,15 +620,18 @@ async fn lag_rises_on_the_page_while_kafka_is_frozen_and_falls_after() {
 /// the page shows its outbox row and its record's partition and offset, as a consumer
 /// reads them — found through the key's partition from the row's time, not by reading
 /// the topic whole (6 partitions, 3,000 events). An id no row has is said to be absent
-/// (never written, or pruned).
+/// (never written, or pruned). Replayed from its page by an admin: the same event id
+/// is published once more, with the replay's id in its replay header, and the audit
+/// page names who and why.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_event_is_found_by_id_with_its_partition_and_offset() {
+async fn an_event_is_found_by_id_and_replayed_from_its_page() {
     let _settings = SERVER_SETTINGS.read().await;
     let (_conn, mut setup) = fresh("console_lookup").await;
     let prefix = setup.topic_prefix.clone();
     setup.extra_toml = format!("[[kafka.topics.rule]]\npattern = \"{prefix}.*\"\npartitions = 6\n");
     setup.columns_toml = "timestamp = \"created_at\"".into();
-    let mut router = setup.start_router();
+    setup.monitor_toml = credentials("");
+    let mut router = setup.start_router_env(&TOKENS);
     wait_http_ok(setup.monitor_port, "/ready", Duration::from_secs(60)).await;
     crate::crash::write_mixed(&setup.db, 0, 3_000, 40).await;
     let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
@@ -680,6 +683,70 @@ async fn an_event_is_found_by_id_with_its_partition_and_offset() {
     }
     browser.screenshot("event").await;
     no_secret(&browser.html().await, "the event page");
+
+    // Replayed from its page, as alice.
+    browser.fill_and_submit("#token", ALICE).await;
+    browser
+        .wait_for("alice signed in", Duration::from_secs(10), || async {
+            browser.text("#who").await.as_deref() == Some("reading as alice (admin)")
+        })
+        .await;
+    browser
+        .fill_and_submit("#replay input[name=reason]", "consumer lost it")
+        .await;
+    browser
+        .wait_for("the replay's outcome", Duration::from_secs(60), || async {
+            browser
+                .text("#outcome")
+                .await
+                .is_some_and(|t| t.starts_with("replayed 1 record(s) (completed"))
+        })
+        .await;
+    let said = browser.text("#outcome").await.unwrap();
+    let replay_id = said
+        .rsplit("replay id ")
+        .next()
+        .unwrap()
+        .trim_end_matches(')')
+        .to_string();
+    browser.screenshot("replayed").await;
+    let copies: Vec<Msg> = read_all(&topics)
+        .into_iter()
+        .filter(|m| m.id() == "s-2999")
+        .collect();
+    assert_eq!(copies.len(), 2, "s-2999 published once more: {copies:?}");
+    assert_eq!(
+        copies
+            .iter()
+            .filter_map(|m| m.headers.get("replay"))
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .collect::<Vec<_>>(),
+        vec![replay_id.clone()],
+        "the replayed copy names the replay"
+    );
+    browser
+        .open(&format!(
+            "http://127.0.0.1:{}/console/audit",
+            setup.monitor_port
+        ))
+        .await;
+    browser
+        .wait_for(
+            "the replay in the audit",
+            Duration::from_secs(20),
+            || async {
+                browser.rows("#audit").await.iter().any(|r| {
+                    r.len() > 5
+                        && r[1] == "alice"
+                        && r[2] == "replay"
+                        && r[4] == "consumer lost it"
+                        && r[5] == replay_id
+                })
+            },
+        )
+        .await;
+    browser.screenshot("audit-replay").await;
+    println!("console: s-2999 replayed from its page as alice: {said}");
     // No row of that id: said so, without a search of the topics.
     let (code, body) = http_get(
         setup.monitor_port,

@@ -25,6 +25,91 @@ pub fn routes() -> Router<App> {
     Router::new()
         .route("/api/v1/sources/{name}/pause", post(pause))
         .route("/api/v1/sources/{name}/resume", post(resume))
+        .route("/api/v1/sources/{name}/replay", post(replay))
+}
+
+/// What a replay is asked with.
+#[derive(Debug, Deserialize)]
+pub struct ReplayAsked {
+    #[serde(default)]
+    reason: String,
+    /// Event ids, separated by commas, spaces or new lines.
+    #[serde(default)]
+    event_ids: String,
+}
+
+/// Publishes the given events again with their ids (a replay header names the replay),
+/// as `outbox-router replay --event-id` would, audited with who and why.
+async fn replay(
+    State(app): State<App>,
+    Admin(caller): Admin,
+    Path(name): Path<String>,
+    Json(asked): Json<ReplayAsked>,
+) -> Response {
+    let Some(replay) = &app.desk.replay else {
+        return refused(
+            StatusCode::NOT_IMPLEMENTED,
+            "replays are not offered by this instance".into(),
+        );
+    };
+    let reason = asked.reason.trim();
+    if reason.is_empty() {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "say why ({\"reason\": \"…\"}): a replay goes to the audit trail with who and why"
+                .into(),
+        );
+    }
+    let ids: Vec<String> = asked
+        .event_ids
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    if ids.is_empty() || ids.len() > 1000 {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "give between 1 and 1,000 event ids (a window: `outbox-router replay --since`)".into(),
+        );
+    }
+    let report = match replay
+        .replay(&name, ids.clone(), &caller.name, reason)
+        .await
+    {
+        Ok(report) => report,
+        Err(why) => {
+            return refused(
+                StatusCode::BAD_GATEWAY,
+                format!("the replay did not run: {why}"),
+            )
+        }
+    };
+    let audit = &report["audit"];
+    let count = audit["count"].as_u64().unwrap_or(0);
+    let id = audit["id"].as_str().unwrap_or_default().to_string();
+    let outcome = audit["outcome"].as_str().unwrap_or_default().to_string();
+    let parked = report["parked"].as_array().map_or(0, Vec::len);
+    if let Some((kafka, topic)) = &app.control {
+        let record = control::ReplayRecord {
+            action: "replay".into(),
+            source: name.clone(),
+            by: caller.name.clone(),
+            reason: reason.to_string(),
+            at: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+            id: id.clone(),
+            event_ids: ids,
+            count,
+            outcome: outcome.clone(),
+        };
+        if let Err(why) = control::write(kafka, topic, &record).await {
+            tracing::warn!(%topic, error = %why, replay = %id, "the replay ran but is not on the control topic's audit view (its own audit trail has it)");
+        }
+    }
+    let mut said = format!("replayed {count} record(s) ({outcome}; replay id {id})");
+    if parked > 0 {
+        said.push_str(&format!("; {parked} left out: their aggregate is parked"));
+    }
+    Json(json!({ "outcome": said, "id": id, "count": count, "report": report })).into_response()
 }
 
 /// What an action is asked with.

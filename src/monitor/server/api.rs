@@ -180,7 +180,7 @@ pub async fn find_event(
     if id.is_empty() {
         return Err((StatusCode::BAD_REQUEST, "give an event id".into()));
     }
-    let Some(lookup) = &app.lookup else {
+    let Some(lookup) = &app.desk.lookup else {
         return Err((
             StatusCode::NOT_IMPLEMENTED,
             "event lookup is not offered by this instance".into(),

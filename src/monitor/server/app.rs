@@ -21,8 +21,29 @@ pub struct App {
     pub status_topic: Option<String>,
     /// Where actions go for every instance to follow (`None`: no actions).
     pub control: Option<(crate::kafka::KafkaConfig, String)>,
-    /// Finds an event by id (`None`: not offered here).
+    /// Finds an event by id, replays events (`None`: not offered here).
+    pub desk: Desk,
+}
+
+/// What the binary offers the console beyond its own figures: the operator commands
+/// that read the outbox tables.
+#[derive(Clone, Default)]
+pub struct Desk {
     pub lookup: Option<Arc<dyn Lookup>>,
+    pub replay: Option<Arc<dyn Replay>>,
+}
+
+/// Publishes chosen events again with their event ids (`outbox-router replay`), for a
+/// source configured on this instance, audited as `by` with `reason`: its report as
+/// JSON, or why not.
+pub trait Replay: Send + Sync {
+    fn replay<'a>(
+        &'a self,
+        source: &'a str,
+        event_ids: Vec<String>,
+        by: &'a str,
+        reason: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<serde_json::Value, String>>;
 }
 
 /// Finds where an event went, by its id, for a source configured on this instance:
@@ -68,6 +89,6 @@ pub struct ConsoleSetup<'a> {
     pub board: Arc<Board>,
     pub status_topic: Option<String>,
     pub control: Option<(crate::kafka::KafkaConfig, String)>,
-    pub lookup: Option<Arc<dyn Lookup>>,
+    pub desk: Desk,
     pub credentials: &'a BTreeMap<String, Credential>,
 }

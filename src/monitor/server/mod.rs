@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use access::Gate;
 use app::App;
-pub use app::{ConsoleSetup, Lookup};
+pub use app::{ConsoleSetup, Desk, Lookup, Replay};
 
 /// Serves every endpoint on `addr` until `shutdown`; binding errors are returned at once.
 pub async fn serve(
@@ -33,7 +33,7 @@ pub async fn serve(
         gate: Arc::new(Gate::new(setup.credentials, loopback, false)),
         status_topic: setup.status_topic,
         control: setup.control,
-        lookup: setup.lookup,
+        desk: setup.desk,
     };
     tracing::info!(%addr, "serving /metrics /health /ready /status, the console at /console and its API at /api/v1");
     let console = api::routes()

@@ -291,10 +291,11 @@ fn audit_main(app: &App) -> String {
         .iter()
         .take(200)
         .map(|a| {
-            let action = match a.get("paused").and_then(|p| p.as_bool()) {
-                Some(true) => "pause",
-                Some(false) => "resume",
-                None => "?",
+            let action = match (a.get("action").and_then(|x| x.as_str()), a.get("paused").and_then(|p| p.as_bool())) {
+                (Some(action), _) => action,
+                (None, Some(true)) => "pause",
+                (None, Some(false)) => "resume",
+                (None, None) => "?",
             };
             format!(
                 "<tr><td>{}</td><td>{}</td><td>{action}</td><td>{}</td><td>{}</td><td class=pos>{}</td></tr>",
@@ -498,6 +499,7 @@ fn event_main(source: &str, id: &str, rows: &serde_json::Value) -> String {
             .flatten()
             .map(|(k, v)| format!("<tr><td>{}</td><td>{}</td></tr>", esc(k), text(v)))
             .collect();
+        out.push_str(&replay_form(source, id));
         out.push_str(&format!(
             "<h2>Record</h2><dl class=figures id=record><dt>topic</dt><dd id=record-topic>{}</dd><dt>partition</dt><dd id=record-partition>{}</dd><dt>offset</dt><dd id=record-offset>{}</dd><dt>timestamp</dt><dd>{}</dd><dt>claim check</dt><dd>{}</dd></dl>\
 <table id=headers><thead><tr><th>header</th><th>value</th></tr></thead><tbody>{headers}</tbody></table>",
@@ -505,4 +507,15 @@ fn event_main(source: &str, id: &str, rows: &serde_json::Value) -> String {
         ));
     }
     out
+}
+
+/// Publishing an event again, with its id (an admin credential; the script sends it).
+fn replay_form(source: &str, id: &str) -> String {
+    format!(
+        "<form class=action id=replay action=\"/api/v1/sources/{}/replay\" method=post>\
+<input type=hidden name=event_ids value=\"{}\"><input name=reason placeholder=\"why replay it (goes to the audit trail)\" required size=40> \
+<button>replay</button> <span class=note>publishes it again with its event id and a replay header; needs an admin credential</span></form>",
+        esc(&url_path(source)),
+        esc(id),
+    )
 }
