@@ -72,6 +72,10 @@ pub struct MonitorConfig {
     /// The console's credentials, by name (`[monitor.credentials.NAME]`).
     #[serde(default)]
     pub credentials: BTreeMap<String, Credential>,
+    /// The monitor port over TLS (`[monitor.tls]`: `cert_file`, `key_file`): needed for
+    /// credentials off loopback.
+    #[serde(default)]
+    pub tls: Option<super::server::tls::MonitorTls>,
 }
 
 impl Default for MonitorConfig {
@@ -92,6 +96,9 @@ impl MonitorConfig {
         }
         if let Some(topic) = self.control_topic() {
             crate::kafka::check_topic(topic).map_err(|e| format!("monitor.control_topic: {e}"))?;
+        }
+        if let Some(tls) = &self.tls {
+            tls.acceptor()?;
         }
         for (name, c) in &self.credentials {
             if name.trim().is_empty() || name.chars().any(char::is_control) {

@@ -70,6 +70,7 @@ pub async fn start(
             control: control.map(|(k, t)| (k.clone(), t.to_string())),
             desk,
             credentials: &config.credentials,
+            tls: config.tls.as_ref(),
         };
         server::serve(addr, setup, stop).await?;
     }

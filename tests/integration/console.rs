@@ -758,3 +758,67 @@ async fn an_event_is_found_by_id_and_replayed_from_its_page() {
     browser.close().await;
     assert!(router.stop(Duration::from_secs(30)).success());
 }
+
+/// The monitor off loopback (all addresses) over TLS with a certificate of the local
+/// private CA: no credential is still refused, a reader's credential reads and an
+/// admin's is named, the probes answer over https, and plain HTTP gets no answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn off_loopback_over_tls_a_credential_reads_and_acts() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (_conn, mut setup) = fresh("console_tls").await;
+    let tls = repo_root().join(".local/tls");
+    let port = setup.monitor_port;
+    setup.monitor_toml = format!(
+        "listen = \"0.0.0.0:{port}\"\n{}[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n",
+        credentials(""),
+        tls.join("server-cert.pem").display(),
+        tls.join("server-key.pem").display(),
+    );
+    let mut router = setup.start_router_env(&TOKENS);
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(tls.join("ca.pem")).unwrap()).unwrap();
+    let https = reqwest::Client::builder()
+        .add_root_certificate(ca)
+        .build()
+        .unwrap();
+    let get = |path: &str, token: Option<&str>| {
+        let mut r = https.get(format!("https://127.0.0.1:{port}{path}"));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        async move {
+            match r.send().await {
+                Ok(resp) => Some((
+                    resp.status().as_u16(),
+                    resp.text().await.unwrap_or_default(),
+                )),
+                Err(_) => None,
+            }
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while get("/ready", None).await.map(|(c, _)| c) != Some(200) {
+        assert!(
+            Instant::now() < deadline,
+            "not ready over https:\n{}",
+            router.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(get("/metrics", None).await.unwrap().0, 200);
+    let (code, body) = get("/api/v1/fleet", None).await.unwrap();
+    assert_eq!(code, 401, "{body}");
+    let (code, body) = get("/api/v1/fleet", Some(ROB)).await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"router\""), "{body}");
+    let (code, body) = get("/api/v1/whoami", Some(ALICE)).await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains("\"alice\"") && body.contains("admin"),
+        "{body}"
+    );
+    // Plain HTTP on the TLS port: no answer a client could take for the console's.
+    let plain = reqwest::get(format!("http://127.0.0.1:{port}/api/v1/fleet")).await;
+    assert!(plain.is_err() || !plain.unwrap().status().is_success());
+    assert!(router.stop(Duration::from_secs(30)).success());
+    no_secret(&router.log(), "the log");
+}

@@ -91,4 +91,6 @@ pub struct ConsoleSetup<'a> {
     pub control: Option<(crate::kafka::KafkaConfig, String)>,
     pub desk: Desk,
     pub credentials: &'a BTreeMap<String, Credential>,
+    /// The monitor port over TLS, when configured.
+    pub tls: Option<&'a super::tls::MonitorTls>,
 }

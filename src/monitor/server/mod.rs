@@ -8,6 +8,7 @@ mod api;
 mod app;
 mod legacy;
 mod page;
+pub mod tls;
 
 use std::sync::Arc;
 
@@ -27,15 +28,20 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let loopback = listener.local_addr()?.ip().is_loopback();
+    let acceptor = match setup.tls {
+        Some(tls) => Some(tls.acceptor().map_err(std::io::Error::other)?),
+        None => None,
+    };
     let app = App {
         served: setup.served,
         board: setup.board,
-        gate: Arc::new(Gate::new(setup.credentials, loopback, false)),
+        gate: Arc::new(Gate::new(setup.credentials, loopback, acceptor.is_some())),
         status_topic: setup.status_topic,
         control: setup.control,
         desk: setup.desk,
     };
-    tracing::info!(%addr, "serving /metrics /health /ready /status, the console at /console and its API at /api/v1");
+    let scheme = if acceptor.is_some() { "https" } else { "http" };
+    tracing::info!(%addr, %scheme, "serving /metrics /health /ready /status, the console at /console and its API at /api/v1");
     let console = api::routes()
         .merge(actions::routes())
         .merge(page::routes())
@@ -44,12 +50,16 @@ pub async fn serve(
         .with_state(app.served.clone())
         .merge(console.with_state(app));
     tokio::spawn(async move {
-        let result = axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await;
-        if let Err(e) = result {
-            tracing::error!(error = %e, "monitoring endpoint failed");
-        }
+        let Some(acceptor) = acceptor else {
+            let result = axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await;
+            if let Err(e) = result {
+                tracing::error!(error = %e, "monitoring endpoint failed");
+            }
+            return;
+        };
+        tls::serve(listener, acceptor, router, shutdown).await;
     });
     Ok(())
 }
