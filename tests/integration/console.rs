@@ -51,6 +51,45 @@ async fn fleet_rows(browser: &Browser) -> BTreeMap<String, (String, String)> {
         .collect()
 }
 
+/// Signs in on the page with `token`; waits until the page names its holder (`who`).
+async fn sign_in(browser: &Browser, token: &str, who: &str) {
+    browser.fill_and_submit("#token", token).await;
+    let named = format!("reading as {who}");
+    browser
+        .wait_for(
+            &format!("{who} signed in"),
+            Duration::from_secs(10),
+            || async { browser.text("#who").await.as_deref() == Some(named.as_str()) },
+        )
+        .await;
+}
+
+/// Submits the action form `form` with `reason`; waits (at most `within_secs`) for an
+/// outcome starting with `outcome`, and returns how long it took.
+async fn act_on_page(
+    browser: &Browser,
+    form: &str,
+    reason: &str,
+    outcome: &str,
+    within_secs: u64,
+) -> Duration {
+    browser
+        .fill_and_submit(&format!("{form} input[name=reason]"), reason)
+        .await;
+    browser
+        .wait_for(
+            &format!("{form}'s outcome"),
+            Duration::from_secs(within_secs),
+            || async {
+                browser
+                    .text("#outcome")
+                    .await
+                    .is_some_and(|t| t.starts_with(outcome))
+            },
+        )
+        .await
+}
+
 /// Nothing secret in what the browser was given.
 fn no_secret(html: &str, what: &str) {
     for secret in ["cdc-secret", ALICE, ROB] {
@@ -193,12 +232,7 @@ async fn the_fleet_page_shows_a_pools_leaders_and_follows_a_takeover() {
         )
         .await;
     browser.screenshot("wrong-credential").await;
-    browser.fill_and_submit("#token", ROB).await;
-    browser
-        .wait_for("the reader named", Duration::from_secs(10), || async {
-            browser.text("#who").await.as_deref() == Some("reading as rob (read)")
-        })
-        .await;
+    sign_in(&browser, ROB, "rob (read)").await;
     browser.screenshot("signed-in-as-reader").await;
 
     // The history behind the charts, as the API gives it.
@@ -406,32 +440,20 @@ async fn a_pause_from_the_page_holds_across_a_takeover_until_resumed() {
             ports[1]
         ))
         .await;
-    browser.fill_and_submit("#token", ALICE).await;
-    browser
-        .wait_for("alice signed in", Duration::from_secs(10), || async {
-            browser.text("#who").await.as_deref() == Some("reading as alice (admin)")
-        })
-        .await;
+    sign_in(&browser, ALICE, "alice (admin)").await;
     browser
         .wait_for("the pause form", Duration::from_secs(20), || async {
             browser.text("#pause button").await.as_deref() == Some("pause")
         })
         .await;
-    browser
-        .fill_and_submit("#pause input[name=reason]", "consumer team deploys a fix")
-        .await;
-    let took = browser
-        .wait_for(
-            "the pause confirmed by the leader",
-            Duration::from_secs(40),
-            || async {
-                browser
-                    .text("#outcome")
-                    .await
-                    .is_some_and(|t| t.starts_with("paused: a stopped streaming at"))
-            },
-        )
-        .await;
+    let took = act_on_page(
+        &browser,
+        "#pause",
+        "consumer team deploys a fix",
+        "paused: a stopped streaming at",
+        40,
+    )
+    .await;
     println!(
         "console: pause from the page confirmed by the leader after {} ms: {:?}",
         took.as_millis(),
@@ -492,17 +514,14 @@ async fn a_pause_from_the_page_holds_across_a_takeover_until_resumed() {
             browser.text("#resume button").await.as_deref() == Some("resume")
         })
         .await;
-    browser
-        .fill_and_submit("#resume input[name=reason]", "fix deployed")
-        .await;
-    browser
-        .wait_for("the resume confirmed", Duration::from_secs(40), || async {
-            browser
-                .text("#outcome")
-                .await
-                .is_some_and(|t| t.starts_with("resumed: b streams from"))
-        })
-        .await;
+    act_on_page(
+        &browser,
+        "#resume",
+        "fix deployed",
+        "resumed: b streams from",
+        40,
+    )
+    .await;
     browser
         .open(&format!("http://127.0.0.1:{}/console/audit", ports[1]))
         .await;
@@ -685,23 +704,15 @@ async fn an_event_is_found_by_id_and_replayed_from_its_page() {
     no_secret(&browser.html().await, "the event page");
 
     // Replayed from its page, as alice.
-    browser.fill_and_submit("#token", ALICE).await;
-    browser
-        .wait_for("alice signed in", Duration::from_secs(10), || async {
-            browser.text("#who").await.as_deref() == Some("reading as alice (admin)")
-        })
-        .await;
-    browser
-        .fill_and_submit("#replay input[name=reason]", "consumer lost it")
-        .await;
-    browser
-        .wait_for("the replay's outcome", Duration::from_secs(60), || async {
-            browser
-                .text("#outcome")
-                .await
-                .is_some_and(|t| t.starts_with("replayed 1 record(s) (completed"))
-        })
-        .await;
+    sign_in(&browser, ALICE, "alice (admin)").await;
+    act_on_page(
+        &browser,
+        "#replay",
+        "consumer lost it",
+        "replayed 1 record(s) (completed",
+        60,
+    )
+    .await;
     let said = browser.text("#outcome").await.unwrap();
     let replay_id = said
         .rsplit("replay id ")

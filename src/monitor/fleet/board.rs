@@ -156,30 +156,23 @@ impl Board {
         let board = self.clone();
         let name = topic.to_string();
         let mut warned = false;
-        crate::kafka::tail(
-            kafka,
-            topic,
-            "outbox-router-console",
-            Offset::Beginning,
-            stop,
-            move |t| {
-                match t {
-                    Tailed::Record(m) => {
-                        warned = false;
-                        if let Some(Ok(report)) = m.payload().map(serde_json::from_slice) {
-                            board.add(report);
-                        }
+        from_start(kafka, topic, stop, move |t| {
+            match t {
+                Tailed::Record(m) => {
+                    warned = false;
+                    if let Some(Ok(report)) = m.payload().map(serde_json::from_slice) {
+                        board.add(report);
                     }
-                    Tailed::CaughtUp => board.caught_up.store(true, Ordering::Relaxed),
-                    Tailed::Failed(error) if !warned => {
-                        warn!(topic = %name, %error, "reading the status topic (the fleet view shows this instance's own reports meanwhile)");
-                        warned = true;
-                    }
-                    Tailed::Failed(_) => {}
                 }
-                ControlFlow::Continue(())
-            },
-        );
+                Tailed::CaughtUp => board.caught_up.store(true, Ordering::Relaxed),
+                Tailed::Failed(error) if !warned => {
+                    warn!(topic = %name, %error, "reading the status topic (the fleet view shows this instance's own reports meanwhile)");
+                    warned = true;
+                }
+                Tailed::Failed(_) => {}
+            }
+            ControlFlow::Continue(())
+        });
     }
 
     /// Reads the control topic (the console's actions) from its start and as it grows,
@@ -191,27 +184,20 @@ impl Board {
         stop: CancellationToken,
     ) {
         let board = self.clone();
-        crate::kafka::tail(
-            kafka,
-            topic,
-            "outbox-router-console",
-            Offset::Beginning,
-            stop,
-            move |t| {
-                if let Tailed::Record(m) = t {
-                    if let Some(Ok(record)) =
-                        m.payload().map(serde_json::from_slice::<serde_json::Value>)
-                    {
-                        let mut actions = board.actions.write().expect("board actions");
-                        actions.push_back(record);
-                        if actions.len() > CONTROL_KEPT {
-                            actions.pop_front();
-                        }
+        from_start(kafka, topic, stop, move |t| {
+            if let Tailed::Record(m) = t {
+                if let Some(Ok(record)) =
+                    m.payload().map(serde_json::from_slice::<serde_json::Value>)
+                {
+                    let mut actions = board.actions.write().expect("board actions");
+                    actions.push_back(record);
+                    if actions.len() > CONTROL_KEPT {
+                        actions.pop_front();
                     }
                 }
-                ControlFlow::Continue(())
-            },
-        );
+            }
+            ControlFlow::Continue(())
+        });
     }
 
     /// The console's actions, newest first.
@@ -224,4 +210,21 @@ impl Board {
             .cloned()
             .collect()
     }
+}
+
+/// Follows one of the console's topics from its start.
+fn from_start(
+    kafka: &KafkaConfig,
+    topic: &str,
+    stop: CancellationToken,
+    each: impl FnMut(Tailed<'_>) -> ControlFlow<()> + Send + 'static,
+) {
+    crate::kafka::tail(
+        kafka,
+        topic,
+        "outbox-router-console",
+        Offset::Beginning,
+        stop,
+        each,
+    );
 }
