@@ -120,30 +120,35 @@ async fn the_fleet_page_shows_a_pools_leaders_and_follows_a_takeover() {
     let mut c = start(2, &[]);
     wait_balanced(&ports, 3, Duration::from_secs(90), &[&a, &b, &c]).await;
     let instances: Vec<(&str, u16)> = names.iter().copied().zip(ports).collect();
-    let led = leaders(&instances).await;
-    println!("console: leaders by /metrics {led:?}");
 
+    // The page against the instances' own metrics, both read again until they agree:
+    // the group may still move a source after the balance was first reached.
     let browser = Browser::start("pool").await;
     browser
         .open(&format!("http://127.0.0.1:{}/console", ports[0]))
         .await;
-    let expected: BTreeMap<String, String> = led.clone();
     let took = browser
         .wait_for(
-            "every source under its leader",
-            Duration::from_secs(30),
+            "every source under the leader its metrics name",
+            Duration::from_secs(60),
             || async {
+                let led = leaders(&instances).await;
                 let rows = fleet_rows(&browser).await;
-                rows.len() == 3
-                    && expected.iter().all(|(s, l)| {
+                // One each: b (killed below) leads a source.
+                let each = ["a", "b", "c"].iter().all(|i| led.values().any(|l| l == i));
+                led.len() == 3
+                    && each
+                    && rows.len() == 3
+                    && led.iter().all(|(s, l)| {
                         rows.get(s)
                             .is_some_and(|(leader, state)| leader == l && state == "running")
                     })
             },
         )
         .await;
+    let led = leaders(&instances).await;
     println!(
-        "console: the fleet page showed all 3 sources under their leaders after {} ms",
+        "console: the fleet page showed all 3 sources under their leaders ({led:?}) after {} ms",
         took.as_millis()
     );
     browser.screenshot("fleet").await;
