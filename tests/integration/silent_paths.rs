@@ -423,8 +423,11 @@ async fn a_stop_while_kafka_is_unreachable_is_bounded_by_the_shutdown_timeout() 
     let _settings = SERVER_SETTINGS.read().await;
     let (mut conn, mut setup) = fresh("stop_bound").await;
     let db = setup.db.clone();
-    // Nothing listens there: every Kafka call waits for its own timeout.
+    // Nothing listens there: every Kafka call waits for its own timeout. The console's
+    // control topic off: with it, a router that cannot read it does not stream at all
+    // (its stop is then trivially bounded), and the sink's waits are what is tested.
     setup.kafka_bootstrap = "127.0.0.1:9".into();
+    setup.monitor_toml = "control_topic = \"off\"".into();
     let mut router = setup.start_router();
     let before = binlog_position(&mut conn).await;
     sql(&mut conn, &[insert_sql(&db, "never-sent")]).await;
