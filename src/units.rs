@@ -7,6 +7,27 @@ use std::time::Duration;
 
 use serde::de::{self, Deserializer, Visitor};
 
+/// A point in time: unix seconds, RFC 3339 (`2026-12-01T10:00:00Z`, `2026-12-01 10:00:00`,
+/// UTC), or a duration ago (`2h`, `7d`).
+pub fn parse_time(s: &str) -> Result<i64, String> {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    if let Ok(secs) = s.parse::<i64>() {
+        return Ok(secs);
+    }
+    let at = match humantime::parse_rfc3339_weak(s) {
+        Ok(t) => t,
+        Err(_) => {
+            let ago = parse_duration(s).map_err(|_| {
+                format!("{s:?} is not a time: give unix seconds, RFC 3339 (2026-12-01T10:00:00Z) or a duration ago (2h, 7d)")
+            })?;
+            SystemTime::now() - ago
+        }
+    };
+    Ok(at
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64))
+}
+
 /// A duration given as text (`"90s"`, `"10m"`, `"2h"`, `"7d"`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim())

@@ -31,7 +31,9 @@ POOL = {"mode": "pool", "config": {"source": None, "outbox": None},
 SHAPES = [
     {"mode": "single"},
     {"mode": "single", "exactlyOnce": True},
-    {"mode": "standby", "serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
+    # The monitor over TLS: the probes and the ServiceMonitor use https.
+    {"mode": "standby", "serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True},
+     "config": {"monitor": {"tls": {"cert_file": "/etc/m/tls.crt", "key_file": "/etc/m/tls.key"}}}},
     POOL,
 ]
 # The keys the chart sets, and in which shapes (ALO: at-least-once single).

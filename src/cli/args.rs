@@ -120,6 +120,22 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: CheckpointAction,
     },
+    /// Every source of the fleet — its leader, state, lag, runway, checkpoint — as any
+    /// instance's console API gives it (/api/v1/fleet). A credential, when the monitor
+    /// needs one, from OUTBOX_ROUTER_TOKEN. Exit 0 all running or paused, 1 some
+    /// starting, stopped or unknown, 2 one failed, 3 no answer.
+    Fleet {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Ask this monitor (https://router-0.example:9612) instead of the one the config
+        /// names; no config needed then.
+        #[arg(long)]
+        url: Option<String>,
+        /// PEM certificates to trust for --url over https (a private CA).
+        #[arg(long, requires = "url")]
+        ca_file: Option<PathBuf>,
+    },
     /// Ask the running router's monitor endpoint for /health (or /ready with --ready):
     /// exit 0 when it answers 200, else 1. For container health checks, which have no
     /// curl: `HEALTHCHECK CMD ["outbox-router", "health"]`.
@@ -205,7 +221,7 @@ pub(crate) struct RecoverArgs {
     pub(crate) longest_transaction: Duration,
     /// Re-publish rows written from this time on, instead of checkpoint − margins: unix
     /// seconds, RFC 3339 or a duration ago (2h), as `replay --since`.
-    #[arg(long, value_parser = parse_time)]
+    #[arg(long, value_parser = crate::units::parse_time)]
     pub(crate) since: Option<i64>,
     /// Count the rows that would be re-published; send nothing, keep the checkpoint.
     #[arg(long)]
@@ -252,27 +268,6 @@ pub(crate) struct PruneArgs {
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
-}
-
-/// A point in time: unix seconds, RFC 3339 (`2026-12-01T10:00:00Z`, `2026-12-01 10:00:00`,
-/// UTC), or a duration ago (`2h`, `7d`).
-pub(crate) fn parse_time(s: &str) -> Result<i64, String> {
-    use std::time::{SystemTime, UNIX_EPOCH};
-    if let Ok(secs) = s.parse::<i64>() {
-        return Ok(secs);
-    }
-    let at = match humantime::parse_rfc3339_weak(s) {
-        Ok(t) => t,
-        Err(_) => {
-            let ago = crate::units::parse_duration(s).map_err(|_| {
-                format!("{s:?} is not a time: give unix seconds, RFC 3339 (2026-12-01T10:00:00Z) or a duration ago (2h, 7d)")
-            })?;
-            SystemTime::now() - ago
-        }
-    };
-    Ok(at
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64))
 }
 
 /// Hours as a number (36, 0.5) or a duration (1d 12h).
@@ -375,10 +370,10 @@ pub(crate) struct ReplayArgs {
     #[arg(long, value_parser = parse_range, value_name = "LOW..HIGH")]
     pub(crate) id_range: Option<(String, String)>,
     /// Rows written at or after this time (unix seconds, RFC 3339, or a duration ago).
-    #[arg(long, value_parser = parse_time)]
+    #[arg(long, value_parser = crate::units::parse_time)]
     pub(crate) since: Option<i64>,
     /// Rows written before this time.
-    #[arg(long, value_parser = parse_time)]
+    #[arg(long, value_parser = crate::units::parse_time)]
     pub(crate) until: Option<i64>,
     /// Rows past the handover watermark (source.snapshot.watermark): the back-out to a
     /// polling relay re-publishes what the router published since the cutover.
@@ -410,13 +405,13 @@ pub(crate) struct ReplayArgs {
 pub(crate) struct ReconcileArgs {
     /// Rows written at or after this time (unix seconds, RFC 3339, or a duration ago);
     /// with --id-range, where the topics are read from [default: their beginning].
-    #[arg(long, value_parser = parse_time, required_unless_present = "id_range")]
+    #[arg(long, value_parser = crate::units::parse_time, required_unless_present = "id_range")]
     pub(crate) since: Option<i64>,
     /// Rows by event id instead (tables without a timestamp column), LOW..HIGH included.
     #[arg(long, value_parser = parse_range, value_name = "LOW..HIGH")]
     pub(crate) id_range: Option<(String, String)>,
     /// Rows written before this time [default: now].
-    #[arg(long, value_parser = parse_time)]
+    #[arg(long, value_parser = crate::units::parse_time)]
     pub(crate) until: Option<i64>,
     /// DATETIME/TIMESTAMP column the window is on
     /// [default: outbox.columns.timestamp, else created_at].

@@ -4,28 +4,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::config::Config;
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 
-/// GETs `/health` (or `/ready`) on the monitor address the config names; a wildcard
-/// address is asked on loopback.
+/// GETs `/health` (or `/ready`) on the monitor the config names.
 pub(super) async fn run(config: &Config, ready: bool) -> Result<ExitCode> {
-    let Some(listen) = config.monitor.listen_addr() else {
-        bail!("monitor.listen is off: there is no endpoint to ask");
-    };
-    let addr: std::net::SocketAddr = listen
-        .parse()
-        .with_context(|| format!("monitor.listen {listen:?}"))?;
-    let host = match addr.ip() {
-        ip if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".to_string(),
-        ip if ip.is_unspecified() => "[::1]".to_string(),
-        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
-        ip => ip.to_string(),
-    };
     let path = if ready { "/ready" } else { "/health" };
-    let url = format!("http://{host}:{}{path}", addr.port());
-    let answer = reqwest::Client::builder()
-        .timeout(Duration::from_secs(3))
-        .build()?
+    let url = format!("{}{path}", super::monitor_url::of(config)?);
+    let answer = super::monitor_url::client(config, Duration::from_secs(3))?
         .get(&url)
         .send()
         .await;

@@ -5,8 +5,10 @@ mod audit;
 mod checkpoint;
 mod docs;
 mod exit;
+mod fleet;
 mod health;
 mod import;
+mod monitor_url;
 mod parked;
 mod prune;
 mod reconcile;
@@ -66,6 +68,19 @@ pub async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Parked { action } => parked::run(&config()?, action).await,
         Command::Reconcile(args) => reconcile::run(&cli.config, config()?, args).await,
         Command::Checkpoint { action } => checkpoint::run(&config()?, action).await,
+        Command::Fleet {
+            json,
+            url: Some(url),
+            ca_file,
+        } => {
+            fleet::check_url(&url)?;
+            let asked = fleet::Asked::Url {
+                url,
+                ca_file: ca_file.as_deref(),
+            };
+            fleet::run(asked, json).await
+        }
+        Command::Fleet { json, .. } => fleet::run(fleet::Asked::Config(&config()?), json).await,
         Command::Health { ready } => health::run(&config()?, ready).await,
     }
 }

@@ -61,7 +61,21 @@ pub(super) async fn run(config: Config, sink: SinkArg, init: bool) -> Result<Exi
     let monitor_stop = CancellationToken::new();
     let _monitor_stopped = monitor_stop.clone().drop_guard();
     start_monitor(shared, sink, &metrics, monitor_stop).await?;
-    pipeline::run(config, sink, shutdown, metrics).await?;
+    let mut duties = leader_duties();
+    if sink == SinkKind::Kafka {
+        duties.tracing = crate::monitor::traces::Tracing::start(
+            &config.monitor.tracing,
+            &config.ha.instance_name(),
+        )
+        .map_err(anyhow::Error::msg)
+        .context("monitor.tracing")?;
+    }
+    let ran = pipeline::run(config, sink, shutdown, metrics, &duties).await;
+    if let Some(tracing) = &duties.tracing {
+        // The last events' spans, before the process ends.
+        tracing.flush(Duration::from_secs(5)).await;
+    }
+    ran?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -134,7 +148,15 @@ pub(super) async fn pool(
         anyhow::bail!("a pool runs with the Kafka sink and without --shadow: run one source's file on its own for a dry run or a shadow");
     }
     let sources = std::sync::Arc::new(crate::pipeline::lookup::EventLookup::default());
-    crate::pool::run(path, init, shutdown, sources.clone(), desk(sources)).await?;
+    crate::pool::run(
+        path,
+        init,
+        shutdown,
+        sources.clone(),
+        desk(sources),
+        leader_duties(),
+    )
+    .await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -177,15 +199,32 @@ async fn start_monitor(
     })
 }
 
-/// The console's event lookup and replay over `sources`.
+/// What a leader carries out for the fleet: the replays asked on the control topic.
+fn leader_duties() -> pipeline::LeaderDuties {
+    pipeline::LeaderDuties {
+        replayer: Some(std::sync::Arc::new(crate::ops::console::LeaderReplay)),
+        tracing: None,
+    }
+}
+
+/// The console's event lookup, replay counts, parked aggregates and dead letters over
+/// `sources`.
 fn desk(
     sources: std::sync::Arc<crate::pipeline::lookup::EventLookup>,
 ) -> crate::monitor::server::Desk {
     let replay = crate::ops::console::ConsoleReplay {
         sources: sources.clone(),
     };
+    let parking = crate::ops::console::ConsoleParking {
+        sources: sources.clone(),
+    };
+    let dead_letters = crate::ops::console::ConsoleDeadLetters {
+        sources: sources.clone(),
+    };
     crate::monitor::server::Desk {
+        dead_letters: Some(std::sync::Arc::new(dead_letters)),
         lookup: Some(sources),
         replay: Some(std::sync::Arc::new(replay)),
+        parking: Some(std::sync::Arc::new(parking)),
     }
 }

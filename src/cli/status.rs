@@ -41,11 +41,9 @@ pub(super) async fn run(
 /// so, or holds the store's run lock — and stopped when not.
 async fn observe(config: &Config) -> Result<Status> {
     let mut unobserved = None;
-    if let Some(addr) = config.monitor.listen_addr() {
-        let url = format!("http://{addr}{}", config.status_path());
-        let client = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(3))
-            .build()?;
+    if let Ok(base) = super::monitor_url::of(config) {
+        let url = format!("{base}{}", config.status_path());
+        let client = super::monitor_url::client(config, std::time::Duration::from_secs(3))?;
         if let Ok(resp) = client.get(&url).send().await {
             if resp.status().is_success() {
                 return resp

@@ -29,6 +29,7 @@ const SECTIONS: &[&str] = &[
     "ha",
     "pipeline",
     "monitor",
+    "monitor.tracing",
     "ops",
 ];
 

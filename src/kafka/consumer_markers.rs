@@ -5,12 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::Message;
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 
-use super::{KafkaClientError, KafkaConfig};
+use super::{KafkaClientError, KafkaConfig, Reader};
 
 /// How long the topic may take to answer in all.
 const READ_DEADLINE: Duration = Duration::from_secs(60);
@@ -99,7 +99,7 @@ fn read_keys(
         // offset back) would otherwise sit out the default 500 ms.
         .set("fetch.wait.max.ms", "20");
     let consumer =
-        |isolation: &str, group: bool| -> Result<BaseConsumer<Quiet>, KafkaClientError> {
+        |isolation: &str, group: bool| -> Result<BaseConsumer<Reader>, KafkaClientError> {
             let mut c = c.clone();
             // rust-rdkafka's `assign` needs a group; asking the watermarks does not, and a
             // consumer with a group takes 100-200 ms to close — a restart's whole read was
@@ -108,7 +108,7 @@ fn read_keys(
                 c.set("group.id", "outbox-router-checkpoint-reader");
             }
             c.set("isolation.level", isolation)
-                .create_with_context(Quiet)
+                .create_with_context(Reader("checkpoint topic"))
                 .map_err(|e| failed(e.to_string()))
         };
     let deadline = Instant::now() + READ_DEADLINE;
@@ -182,10 +182,10 @@ fn read_keys(
 
 /// A consumer closed on a thread of its own when dropped: its group's close (nothing to
 /// commit, no partitions to give back) takes 100-200 ms the caller need not wait for.
-struct ClosedAside(Option<BaseConsumer<Quiet>>);
+struct ClosedAside(Option<BaseConsumer<Reader>>);
 
 impl std::ops::Deref for ClosedAside {
-    type Target = BaseConsumer<Quiet>;
+    type Target = BaseConsumer<Reader>;
 
     fn deref(&self) -> &Self::Target {
         self.0.as_ref().expect("taken only when dropped")
@@ -200,19 +200,8 @@ impl Drop for ClosedAside {
     }
 }
 
-/// Reports client errors through the log, once each.
-struct Quiet;
-
-impl ClientContext for Quiet {
-    fn error(&self, error: KafkaError, reason: &str) {
-        tracing::error!(%error, reason, "checkpoint topic reader");
-    }
-}
-
-impl ConsumerContext for Quiet {}
-
 /// The consumer's position on `partition`, when it has one.
-fn position(consumer: &BaseConsumer<Quiet>, topic: &str, partition: i32) -> Option<i64> {
+fn position(consumer: &BaseConsumer<Reader>, topic: &str, partition: i32) -> Option<i64> {
     let tpl = consumer.position().ok()?;
     match tpl.find_partition(topic, partition)?.offset() {
         Offset::Offset(n) => Some(n),
@@ -222,6 +211,11 @@ fn position(consumer: &BaseConsumer<Quiet>, topic: &str, partition: i32) -> Opti
 
 /// Whether the consumer's position on `partition` is at or past `end` (an unknown
 /// position, before anything was read, is not).
-fn position_reached(consumer: &BaseConsumer<Quiet>, topic: &str, partition: i32, end: i64) -> bool {
+fn position_reached(
+    consumer: &BaseConsumer<Reader>,
+    topic: &str,
+    partition: i32,
+    end: i64,
+) -> bool {
     position(consumer, topic, partition).is_some_and(|n| n >= end)
 }

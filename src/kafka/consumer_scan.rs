@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer, DefaultConsumerContext};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
@@ -17,7 +17,7 @@ use crate::progress::CommandProgress;
 const STALL: Duration = Duration::from_secs(60);
 
 /// A consumer closed in the background when dropped (`close_in_background`).
-struct Detached(Option<BaseConsumer>);
+struct Detached(Option<BaseConsumer<super::Reader>>);
 
 impl Drop for Detached {
     fn drop(&mut self) {
@@ -62,10 +62,10 @@ pub fn scan(
         // defaults: 1 MB a partition, 64 MB queued).
         .set("fetch.message.max.bytes", "262144")
         .set("queued.max.messages.kbytes", "16384");
-    let consumer = |isolation: &str| -> Result<BaseConsumer, KafkaClientError> {
+    let consumer = |isolation: &str| -> Result<BaseConsumer<super::Reader>, KafkaClientError> {
         c.clone()
             .set("isolation.level", isolation)
-            .create_with_context(DefaultConsumerContext)
+            .create_with_context(super::Reader("topic scan"))
             .map_err(|e| failed(e.to_string()))
     };
     let reader = Detached(Some(consumer("read_committed")?));

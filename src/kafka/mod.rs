@@ -10,6 +10,7 @@ mod consumer_markers;
 mod consumer_scan;
 mod error;
 mod probe;
+mod reader_context;
 mod tail;
 mod topic_name;
 
@@ -21,6 +22,7 @@ pub use consumer_markers::{last, newest, newest_of_keys, Newest};
 pub use consumer_scan::{scan, Scanned};
 pub use error::KafkaClientError;
 pub use probe::{check_properties, check_reachable, client_features, Unreachable};
+pub use reader_context::Reader;
 pub use tail::{tail, Tailed};
 pub use topic_name::check_topic;
 

@@ -76,6 +76,9 @@ pub struct MonitorConfig {
     /// credentials off loopback.
     #[serde(default)]
     pub tls: Option<super::server::tls::MonitorTls>,
+    /// OpenTelemetry traces over OTLP (`[monitor.tracing]`), off by default.
+    #[serde(default)]
+    pub tracing: super::traces::TracingConfig,
 }
 
 impl Default for MonitorConfig {

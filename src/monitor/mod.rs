@@ -15,6 +15,7 @@ mod served;
 pub mod server;
 mod server_clock;
 pub mod status;
+pub mod traces;
 mod watch;
 
 use std::sync::Arc;

@@ -149,6 +149,7 @@ impl<'a> AuditTrail<'a> {
                     aggregate_type: None,
                 },
                 claim_check: false,
+                trace: None,
             };
             let topic_failed = |source| AuditError::Topic {
                 topic: topic.to_string(),

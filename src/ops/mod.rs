@@ -16,6 +16,7 @@
 pub mod audit;
 pub mod checkpoint;
 pub mod console;
+pub mod dead_letters;
 pub mod import;
 pub mod parked;
 pub mod prune;

@@ -41,6 +41,8 @@ pub struct Found {
     pub row_time_ms: Option<i64>,
     /// Where its record goes now.
     pub topic: String,
+    /// Why the row went to the dead-letter topic, when it cannot be a record.
+    pub dead_letter: Option<String>,
     /// The record in Kafka, when found.
     pub record: Option<Located>,
     /// Where it was looked for, and why it was not found.
@@ -121,7 +123,10 @@ fn locate(
     default_partitioner: bool,
     dead_letters: &str,
 ) -> Found {
-    let since = row_time.then_some(r.timestamp_ms);
+    // A dead letter's time is when it was read, not the row's: its topic is read from
+    // the start (dead-letter topics are small; `MAX_SCAN` bounds it).
+    let dead_letter = !dead_letters.is_empty() && &*r.topic == dead_letters;
+    let since = (row_time && !dead_letter).then_some(r.timestamp_ms);
     let mut searched = Vec::new();
     let mut record = search(
         kafka,
@@ -133,7 +138,7 @@ fn locate(
         default_partitioner,
         &mut searched,
     );
-    if record.is_none() && !dead_letters.is_empty() {
+    if record.is_none() && !dead_letters.is_empty() && !dead_letter {
         record = search(
             kafka,
             dead_letters,
@@ -148,7 +153,11 @@ fn locate(
     Found {
         table: r.event.table.to_string(),
         aggregate_type: r.event.aggregate_type.as_deref().map(str::to_string),
-        aggregate_id: String::from_utf8_lossy(&r.key).into_owned(),
+        // A dead letter is keyed by its event id: its row's aggregate is not known here.
+        aggregate_id: match dead_letter {
+            true => String::new(),
+            false => String::from_utf8_lossy(&r.key).into_owned(),
+        },
         event_type: r
             .headers
             .iter()
@@ -156,6 +165,13 @@ fn locate(
             .map(|(_, v)| String::from_utf8_lossy(v).into_owned()),
         row_time_ms: since,
         topic: r.topic.to_string(),
+        dead_letter: dead_letter.then(|| {
+            r.headers
+                .iter()
+                .find(|(k, _)| k == "reason")
+                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_default()
+        }),
         record,
         searched: searched.join("; "),
     }
@@ -181,7 +197,9 @@ fn search(
         .set("enable.partition.eof", "true")
         .set("allow.auto.create.topics", "false")
         .set("isolation.level", "read_committed");
-    let consumer: BaseConsumer = c.create().ok()?;
+    let consumer: BaseConsumer<crate::kafka::Reader> = c
+        .create_with_context(crate::kafka::Reader("event lookup"))
+        .ok()?;
     let timeout = Duration::from_secs(10);
     let md = consumer.fetch_metadata(Some(topic), timeout).ok()?;
     let count = md

@@ -8,10 +8,12 @@
 //! complete in any order; an ordered queue releases them in commit order, so the
 //! checkpoint only ever covers a contiguous prefix of acknowledged transactions.
 //!
-//! Beside the run: `pause` (an operator's pause, followed on the control topic) and
-//! `lookup` (where an event went, for the console).
+//! Beside the run: `control` (the fleet's operator records, followed on the control
+//! topic), `pause` (an operator's pause) and `replays` (replays asked from the console,
+//! carried out by the leader), and `lookup` (where an event went, for the console).
 
 mod ack;
+mod control;
 mod error;
 mod handoff;
 mod invalid;
@@ -21,6 +23,7 @@ mod preflight;
 mod read;
 mod refusals;
 mod release;
+pub mod replays;
 mod resume;
 mod standby;
 mod supervise;
@@ -33,6 +36,7 @@ use tracing::{error, info};
 
 pub use error::PipelineError;
 pub(crate) use invalid::InvalidPolicy;
+pub use replays::{LeaderDuties, ReplayDone, Replayer};
 pub use resume::{fleet_marker, init, record_operator_position, FirstStart, OperatorMove};
 pub use supervise::SinkKind;
 use supervise::{supervise, Ctx};
@@ -49,8 +53,9 @@ pub async fn run(
     sink_kind: SinkKind,
     shutdown: CancellationToken,
     metrics: Metrics,
+    duties: &LeaderDuties,
 ) -> Result<(), PipelineError> {
-    run_as(config, sink_kind, shutdown, metrics, None).await
+    run_as(config, sink_kind, shutdown, metrics, None, duties).await
 }
 
 /// A pool's source: leads while `lease` is this instance's, waits while it is not, until
@@ -61,7 +66,15 @@ pub async fn run_pooled(
     metrics: Metrics,
     pooled: Pooled<'_>,
 ) -> Result<(), PipelineError> {
-    run_as(config, SinkKind::Kafka, shutdown, metrics, Some(pooled)).await
+    run_as(
+        config,
+        SinkKind::Kafka,
+        shutdown,
+        metrics,
+        Some(pooled),
+        pooled.duties,
+    )
+    .await
 }
 
 /// Who decides that a pool's source streams here.
@@ -70,6 +83,7 @@ pub struct Pooled<'a> {
     pub lease: &'a crate::ha::Lease,
     pub instance: &'a str,
     pub group: &'a str,
+    pub duties: &'a LeaderDuties,
 }
 
 async fn run_as(
@@ -78,6 +92,7 @@ async fn run_as(
     shutdown: CancellationToken,
     metrics: Metrics,
     pooled: Option<Pooled<'_>>,
+    duties: &LeaderDuties,
 ) -> Result<(), PipelineError> {
     // A dry run starts where the real checkpoint is but never writes it: the next real
     // run must not skip what was only printed.
@@ -98,6 +113,23 @@ async fn run_as(
     if config.outbox.on_invalid == OnInvalid::DeadLetter {
         metrics.expect_dead_letters(&config.outbox.dead_letter_topic);
     }
+    if let Some(tracing) = duties
+        .tracing
+        .as_ref()
+        .filter(|_| sink_kind == SinkKind::Kafka)
+    {
+        // Only a leader (or a single router) streams: the role its spans carry.
+        let role = match pooled.is_some() || config.ha.enabled {
+            true => "leader",
+            false => "single",
+        };
+        metrics.trace_with(tracing.for_source(
+            &config.console_name(),
+            role,
+            metrics.trace_spans("exported"),
+            metrics.trace_spans("dropped"),
+        ));
+    }
     // Not a child of `shutdown`: the endpoints answer until the pipeline has drained.
     let monitor_stop = CancellationToken::new();
     // Whatever ends this function (a panic too), the monitor's followers of Kafka
@@ -113,15 +145,25 @@ async fn run_as(
     );
     // Followed from the start, by leader and standby alike: an instance that takes
     // over knows at once whether the source is paused. A dry run is never paused.
-    let pause_stop = CancellationToken::new();
-    let _pause_stop = pause_stop.clone().drop_guard();
     let pauses = config
         .monitor
         .control_topic()
         .filter(|_| sink_kind == SinkKind::Kafka)
-        .map(|topic| {
-            pause::Pauses::follow(&config.kafka, topic, &config.console_name(), pause_stop)
-        });
+        .map(|topic| pause::Pauses::follow(&config.kafka, topic, &config.console_name()));
+    // Carried out while leading (`supervise` runs only then), on the same topic.
+    let replays = match (config.monitor.control_topic(), &duties.replayer) {
+        (Some(topic), Some(replayer)) if sink_kind == SinkKind::Kafka => {
+            let instance = pooled.map_or_else(|| config.ha.instance_name(), |p| p.instance.into());
+            Some(replays::Replays::follow(
+                &config.kafka,
+                topic,
+                &config.console_name(),
+                &instance,
+                replayer.clone(),
+            ))
+        }
+        _ => None,
+    };
     let ctx = Ctx {
         config,
         store: &store,
@@ -131,12 +173,14 @@ async fn run_as(
         lock: None,
         streaming: None,
         pauses: pauses.as_ref(),
+        replays: replays.as_ref(),
     };
     let supervised = async {
         if let Some(Pooled {
             lease,
             instance,
             group,
+            ..
         }) = pooled
         {
             return standby::alternate(&ctx, lease, instance, group).await;

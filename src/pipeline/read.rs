@@ -41,7 +41,19 @@ pub(super) fn map_and_route(
     for i in &mapped.ignored {
         metrics.ignored(i.op, i.rows);
     }
-    Ok(router.route(mapped)?)
+    let mut batch = router.route(mapped)?;
+    if let Some(traces) = metrics.traces() {
+        for r in &mut batch.records {
+            let about = crate::monitor::traces::About {
+                event_id: &r.event.id.0,
+                table: r.event.table.to_string(),
+                position: &r.event.position,
+                topic: &r.topic,
+            };
+            r.trace = traces.start(&mut r.headers, batch.commit_time_ms, about);
+        }
+    }
+    Ok(batch)
 }
 
 /// The read loop's stages and where it hands their batches.

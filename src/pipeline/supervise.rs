@@ -53,10 +53,24 @@ pub(super) struct Ctx<'a> {
     pub(super) streaming: Option<&'a tokio::sync::watch::Sender<bool>>,
     /// An operator's pause of this source, as the fleet's control topic says it.
     pub(super) pauses: Option<&'a super::pause::Pauses>,
+    /// Replays asked of this source's leader on the control topic.
+    pub(super) replays: Option<&'a super::replays::Replays>,
+}
+
+/// Leads: restarts `run_once` after transient errors, with backoff, and carries out the
+/// replays asked of the leader meanwhile (paused or not: a replay reads the tables).
+pub(super) async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
+    match ctx.replays {
+        None => supervise_runs(ctx).await,
+        Some(replays) => tokio::select! {
+            result = supervise_runs(ctx) => result,
+            never = replays.carry_out(ctx.config, ctx.shutdown) => match never {},
+        },
+    }
 }
 
 /// Restarts `run_once` after transient errors, with backoff.
-pub(super) async fn supervise(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
+async fn supervise_runs(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
     let Ctx {
         shutdown, metrics, ..
     } = *ctx;

@@ -46,18 +46,24 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// source's first start where it has none (as `checkpoint init` would). SIGHUP, and
 /// every `pool.watch_secs`, reads the sources directory again: added sources join,
 /// removed ones stop (drained and committed) and leave, changed ones restart. The
-/// console offers `desk` over the sources running here, which are kept in `lookup`.
+/// console offers `desk` over the sources running here, which are kept in `lookup`; a
+/// source led here carries out `duties` for the fleet.
 pub async fn run(
     path: &Path,
     init: bool,
     shutdown: CancellationToken,
     lookup: Arc<crate::pipeline::lookup::EventLookup>,
     desk: crate::monitor::server::Desk,
+    duties: crate::pipeline::LeaderDuties,
 ) -> Result<()> {
     let mut pool = Pool::load(path)?;
     let settings = pool.settings.clone();
     let instance = settings.instance_name();
     let group = settings.group_id.clone();
+    let mut duties = duties;
+    duties.tracing = crate::monitor::traces::Tracing::start(&pool.monitor.tracing, &instance)
+        .map_err(anyhow::Error::msg)
+        .context("monitor.tracing")?;
     let view = Arc::new(Served::pool(instance.clone(), group.clone()));
     let mut failures = Failures::default();
     // Sources whose `--init` failed here: each tries again before it starts.
@@ -136,6 +142,7 @@ pub async fn run(
         lock,
         view,
         lookup,
+        duties,
         instance,
         group,
         shutdown: shutdown.clone(),

@@ -25,6 +25,8 @@ pub(super) struct Running {
     pub(super) view: Arc<Served>,
     /// The console's event lookup: the sources running here.
     pub(super) lookup: Arc<crate::pipeline::lookup::EventLookup>,
+    /// What a source led here does for the fleet.
+    pub(super) duties: crate::pipeline::LeaderDuties,
     pub(super) instance: String,
     pub(super) group: String,
     pub(super) shutdown: CancellationToken,
@@ -54,11 +56,13 @@ impl Running {
         let task = {
             let (source, metrics, stop) = (source.clone(), metrics.clone(), stop.clone());
             let (instance, group) = (self.instance.clone(), self.group.clone());
+            let duties = self.duties.clone();
             tokio::spawn(async move {
                 let pooled = Pooled {
                     lease: &lease,
                     instance: &instance,
                     group: &group,
+                    duties: &duties,
                 };
                 lead_source(&source, metrics, pooled, init, &stop).await
             })

@@ -42,6 +42,8 @@ pub struct Record {
     pub event: EventRef,
     /// The value goes to the claim check's bucket; the record carries a reference.
     pub claim_check: bool,
+    /// Its span, when tracing is on and it is sampled (`monitor::traces`).
+    pub trace: Option<Box<crate::monitor::traces::EventTrace>>,
 }
 
 impl Record {
@@ -264,6 +266,7 @@ impl Router {
                 aggregate_type: None,
             },
             claim_check,
+            trace: None,
         }
     }
 
@@ -338,6 +341,7 @@ impl Router {
                 aggregate_type: Some(e.route_value),
             },
             claim_check,
+            trace: None,
         }))
     }
 

@@ -37,4 +37,5 @@ mod silent_paths;
 mod standby;
 mod stream;
 mod topics;
+mod traces;
 mod util;

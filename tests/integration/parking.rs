@@ -18,9 +18,9 @@ use crate::standby::{pair, wait_streaming};
 use crate::util::*;
 
 /// Aggregate ids `k-0` … `k-999`; event `s-N` belongs to `k-(N % 1000)`.
-const AGGREGATES: usize = 1000;
+pub(crate) const AGGREGATES: usize = 1000;
 /// The aggregates that receive a bad row.
-const BAD: [usize; 10] = [3, 103, 207, 311, 419, 523, 631, 739, 847, 955];
+pub(crate) const BAD: [usize; 10] = [3, 103, 207, 311, 419, 523, 631, 739, 847, 955];
 /// Events per transaction.
 const PER_TXN: usize = 100;
 
@@ -44,7 +44,7 @@ fn bad_seq(agg: usize, total: usize) -> Option<usize> {
 }
 
 /// Lets the outbox take an event without a type, the row a CloudEvent cannot be made of.
-async fn allow_untyped(conn: &mut mysql_async::Conn, db: &str) {
+pub(crate) async fn allow_untyped(conn: &mut mysql_async::Conn, db: &str) {
     conn.query_drop(format!(
         "ALTER TABLE {db}.outbox MODIFY event_type VARCHAR(64) NULL"
     ))
@@ -54,7 +54,7 @@ async fn allow_untyped(conn: &mut mysql_async::Conn, db: &str) {
 
 /// Parking on a topic of the test's own; values as binary CloudEvents (the payload as
 /// the value, so `{"seq": N}` reads back as written).
-fn parking(setup: &mut RouterSetup) -> String {
+pub(crate) fn parking(setup: &mut RouterSetup) -> String {
     let topic = format!("{}.parked", setup.topic_prefix);
     setup.outbox_toml = format!("on_invalid = \"park\"\n[parking]\ntopic = \"{topic}\"\n");
     setup.extra_toml +=
@@ -63,7 +63,7 @@ fn parking(setup: &mut RouterSetup) -> String {
 }
 
 /// Writes events `from..to` (of `total`) in transactions of `PER_TXN`.
-async fn write_events(db: &str, from: usize, to: usize, total: usize) {
+pub(crate) async fn write_events(db: &str, from: usize, to: usize, total: usize) {
     write_events_at(mariadb_port(), db, from, to, total).await
 }
 
@@ -143,7 +143,7 @@ fn seq_of(m: &Msg) -> usize {
 }
 
 /// Waits until every event id is on the destination or the parking topic.
-fn wait_all(kafka: &Kafka, topics: &[String], total: usize, who: &RouterProcess) {
+pub(crate) fn wait_all(kafka: &Kafka, topics: &[String], total: usize, who: &RouterProcess) {
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let ids: HashSet<String> = kafka.read_all(topics).iter().map(Msg::id).collect();
@@ -397,7 +397,7 @@ async fn standby_parks_what_the_leader_parked(name: &str, b_first: bool) {
 }
 
 /// The bad rows fixed in the table (the router ignores UPDATEs on the outbox).
-async fn fix_bad_rows(db: &str, total: usize) {
+pub(crate) async fn fix_bad_rows(db: &str, total: usize) {
     fix_bad_rows_at(mariadb_port(), db, total).await
 }
 
@@ -417,14 +417,14 @@ async fn fix_bad_rows_at(port: u16, db: &str, total: usize) {
     .unwrap();
 }
 
-fn bad_ids() -> Vec<String> {
+pub(crate) fn bad_ids() -> Vec<String> {
     BAD.iter().map(|a| format!("k-{a}")).collect()
 }
 
 /// Per aggregate, the destination's first occurrences are every event in commit order:
 /// those before the bad row, the released ones, then the later ones; returns the
 /// destination's duplicates.
-fn check_released(kafka: &Kafka, destination: &str, total: usize) -> usize {
+pub(crate) fn check_released(kafka: &Kafka, destination: &str, total: usize) -> usize {
     let dest = kafka.read_all(&[destination.to_string()]);
     let mut seen: HashSet<String> = HashSet::new();
     let mut duplicates = 0;

@@ -186,7 +186,7 @@ pub(crate) async fn leader_and_standby(p: &Pair) -> (RouterProcess, RouterProces
 }
 
 /// Stops the writer, lets `leader` deliver everything, and counts.
-async fn finish(p: &Pair, leader: &mut RouterProcess, writer: Writer, scenario: &str) {
+pub(crate) async fn finish(p: &Pair, leader: &mut RouterProcess, writer: Writer, scenario: &str) {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let total = writer.stop().await;
     drain_and_stop(leader, &p.topics, total);

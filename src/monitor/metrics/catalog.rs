@@ -160,6 +160,8 @@ catalog! {
     claim_check_objects: Counter => Counter "claim_check_objects" [];
     /// Bytes the claim check wrote to its bucket
     claim_check_bytes: Counter => Counter "claim_check_bytes" [];
+    /// Event spans sent to the OpenTelemetry collector (exported) or lost on the way (dropped: the queue was full, or the collector did not take them), by outcome
+    trace_spans: Family<Labels, Counter> => Counter "trace_spans" ["outcome"];
     /// Time to write one value to the claim check's bucket, retries included
     claim_check_put_seconds: Histogram = Histogram::new(exponential_buckets(0.001, 2.0, 16)) => Histogram "claim_check_put_seconds" [];
     /// Records the current producer has sent to the brokers (statistics.interval.ms)

@@ -87,6 +87,8 @@ struct Inner {
     state: Mutex<State>,
     /// Starting, standby or running, as it changes (for the run lock).
     router_state: tokio::sync::watch::Sender<super::RouterState>,
+    /// This source's traces, when tracing is on.
+    traces: std::sync::OnceLock<super::traces::Traces>,
 }
 
 /// What the status endpoint reports, kept beside the metrics.
@@ -160,6 +162,7 @@ impl Metrics {
             registry,
             state: Mutex::new(State::default()),
             router_state: tokio::sync::watch::channel(super::RouterState::Starting).0,
+            traces: std::sync::OnceLock::new(),
         };
         // Series that exist from the start, at 0: `rate()` and alerts see the first
         // increase, and a scrape shows every documented metric.
@@ -183,6 +186,13 @@ impl Metrics {
                 .m
                 .events_invalid
                 .get_or_create(&label("policy", policy))
+                .inc_by(0);
+        }
+        for outcome in ["exported", "dropped"] {
+            inner
+                .m
+                .trace_spans
+                .get_or_create(&label("outcome", outcome))
                 .inc_by(0);
         }
         // The outage code: records that waited message.timeout.ms for a broker.
@@ -284,6 +294,22 @@ impl Metrics {
     /// The per-code counter of failed deliveries, for the sink's delivery callback.
     pub fn delivery_errors(&self) -> Family<Labels, Counter> {
         self.0.m.delivery_errors.clone()
+    }
+    /// The series of spans with `outcome` (`exported`, `dropped`).
+    pub fn trace_spans(&self, outcome: &str) -> Counter {
+        self.0
+            .m
+            .trace_spans
+            .get_or_create(&vec![("outcome", outcome.to_string())])
+            .clone()
+    }
+    /// Traces this source's events (set once, at start, when tracing is on).
+    pub fn trace_with(&self, traces: super::traces::Traces) {
+        let _ = self.0.traces.set(traces);
+    }
+    /// This source's traces, when tracing is on.
+    pub fn traces(&self) -> Option<&super::traces::Traces> {
+        self.0.traces.get()
     }
     /// Makes the dead-letter series of `topic` exist (at 0) before its first row.
     pub fn expect_dead_letters(&self, topic: &str) {

@@ -8,6 +8,7 @@ use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
 
 use super::access::{Caller, Credential, Gate, Refusal};
+pub use crate::monitor::control::ReplayWhich;
 use crate::monitor::fleet::Board;
 use crate::monitor::Served;
 
@@ -31,18 +32,76 @@ pub struct App {
 pub struct Desk {
     pub lookup: Option<Arc<dyn Lookup>>,
     pub replay: Option<Arc<dyn Replay>>,
+    pub parking: Option<Arc<dyn Parking>>,
+    pub dead_letters: Option<Arc<dyn DeadLetters>>,
 }
 
-/// Publishes chosen events again with their event ids (`outbox-router replay`), for a
-/// source configured on this instance, audited as `by` with `reason`: its report as
-/// JSON, or why not.
-pub trait Replay: Send + Sync {
-    fn replay<'a>(
+/// The dead letters of a source configured on this instance, newest first (a JSON
+/// array), as its dead-letter topic holds them.
+pub trait DeadLetters: Send + Sync {
+    /// How many days back `recent` reads.
+    fn window_days(&self) -> i64;
+    fn recent<'a>(
         &'a self,
         source: &'a str,
-        event_ids: Vec<String>,
+    ) -> futures::future::BoxFuture<'a, Result<serde_json::Value, DeskError>>;
+}
+
+/// Why a desk's command did not run: the caller's to fix (`Refused`: a name that is not
+/// parked, parking off) or the system's (`Failed`: Kafka, the database).
+#[derive(Debug)]
+pub enum DeskError {
+    Refused(String),
+    Failed(String),
+}
+
+impl DeskError {
+    /// The status the API answers it with, and why.
+    pub fn answer(self) -> (axum::http::StatusCode, String) {
+        match self {
+            DeskError::Refused(why) => (axum::http::StatusCode::CONFLICT, why),
+            DeskError::Failed(why) => (axum::http::StatusCode::BAD_GATEWAY, why),
+        }
+    }
+}
+
+/// Ordered parking of a source configured on this instance (`outbox-router parked`):
+/// its parked aggregates, oldest first (a JSON array), and a release of some of them —
+/// a request on the parking topic that the source's leader carries out, whichever
+/// instance that is — audited as `by` with `reason`: the outcomes as JSON.
+pub trait Parking: Send + Sync {
+    fn list<'a>(
+        &'a self,
+        source: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<serde_json::Value, DeskError>>;
+    fn release<'a>(
+        &'a self,
+        source: &'a str,
+        which: ParkedWhich,
         by: &'a str,
         reason: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<serde_json::Value, DeskError>>;
+}
+
+/// Which parked aggregates an action names: ids, narrowed by type and table when one id
+/// is parked under more than one.
+#[derive(Debug, Clone, Default)]
+pub struct ParkedWhich {
+    pub ids: Vec<String>,
+    pub aggregate_type: Option<String>,
+    pub table: Option<String>,
+}
+
+/// Counts what a replay would publish again (`outbox-router replay --dry-run`), for a
+/// source configured on this instance: its report as JSON, or why not. It reads the
+/// outbox tables and sends nothing; the replay itself is asked on the control topic
+/// and carried out by the source's leader.
+pub trait Replay: Send + Sync {
+    fn count<'a>(
+        &'a self,
+        source: &'a str,
+        which: ReplayWhich,
+        by: &'a str,
     ) -> futures::future::BoxFuture<'a, Result<serde_json::Value, String>>;
 }
 

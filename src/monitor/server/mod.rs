@@ -6,8 +6,10 @@ pub mod access;
 mod actions;
 mod api;
 mod app;
+mod dead_letters;
 mod legacy;
 mod page;
+mod parked;
 pub mod tls;
 
 use std::sync::Arc;
@@ -18,7 +20,9 @@ use tokio_util::sync::CancellationToken;
 
 use access::Gate;
 use app::App;
-pub use app::{ConsoleSetup, Desk, Lookup, Replay};
+pub use app::{
+    ConsoleSetup, DeadLetters, Desk, DeskError, Lookup, ParkedWhich, Parking, Replay, ReplayWhich,
+};
 
 /// Serves every endpoint on `addr` until `shutdown`; binding errors are returned at once.
 pub async fn serve(
@@ -44,6 +48,8 @@ pub async fn serve(
     tracing::info!(%addr, %scheme, "serving /metrics /health /ready /status, the console at /console and its API at /api/v1");
     let console = api::routes()
         .merge(actions::routes())
+        .merge(parked::routes())
+        .merge(dead_letters::routes())
         .merge(page::routes())
         .layer(axum::middleware::map_response(private));
     let router = legacy::routes()

@@ -42,13 +42,63 @@ async fn asset(body: &'static str, kind: &'static str) -> Response {
 
 /// `?fragment=1`: only the main part (the script's refresh).
 #[derive(Debug, Deserialize)]
-struct View {
+pub(super) struct View {
     #[serde(default)]
+    pub(super) fragment: Option<u8>,
+}
+
+/// `?page=N` of a list's page (and `fragment`, as every page).
+#[derive(Debug, Deserialize)]
+pub(super) struct ListQuery {
+    #[serde(default)]
+    pub(super) fragment: Option<u8>,
+    #[serde(default = "first_page")]
+    pub(super) page: usize,
+}
+
+fn first_page() -> usize {
+    1
+}
+
+/// A page made once (not refreshed: it reads Kafka) from what `read` finds, which is
+/// read only for a caller who may read: its main part by `main`, or why not, under
+/// `heading` in an element `error_id` names.
+pub(super) async fn read_once<T, Fut>(
+    app: &App,
+    request: axum::extract::Request,
     fragment: Option<u8>,
+    (title, heading, error_id): (&str, &str, &str),
+    read: impl FnOnce() -> Fut,
+    main: impl FnOnce(T) -> String,
+) -> Response
+where
+    Fut: std::future::Future<Output = Result<T, (StatusCode, String)>>,
+{
+    let (parts, _) = request.into_parts();
+    let found = match app.gate.reader(&parts) {
+        Ok(_) => Some(read().await),
+        Err(_) => None,
+    };
+    answer_as(
+        app,
+        &parts,
+        &View { fragment },
+        title,
+        false,
+        || match found {
+            Some(Ok(found)) => main(found),
+            Some(Err((_, why))) => format!(
+                "<h1>{}</h1><p class=refused id={error_id}>{}</p>",
+                esc(heading),
+                esc(&why)
+            ),
+            None => String::new(),
+        },
+    )
 }
 
 /// Text for HTML: every character that could open markup or leave an attribute.
-fn esc(text: &str) -> String {
+pub(super) fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -76,7 +126,7 @@ fn answer(
 }
 
 /// `answer`, for a page the script refreshes (`live`) or one made once.
-fn answer_as(
+pub(super) fn answer_as(
     app: &App,
     parts: &axum::http::request::Parts,
     view: &View,
@@ -228,10 +278,11 @@ fn source_main(app: &App, s: &FleetSource) -> String {
 <dt>lag</dt><dd>{lag}</dd><dt>binlog behind</dt><dd>{behind}</dd><dt>retention runway</dt><dd>{runway}</dd>\
 <dt>events/s</dt><dd>{eps:.1}</dd><dt>acknowledgement latency</dt><dd>{ack}</dd><dt>in flight</dt><dd>{in_flight}</dd>\
 <dt>checkpoint</dt><dd class=pos>{checkpoint}</dd><dt>reader</dt><dd class=pos>{reader}</dd>\
-<dt>dead letters</dt><dd>{dead}</dd><dt>parked</dt><dd>{pa} aggregate(s), {pe} event(s)</dd></dl>\
+<dt>dead letters</dt><dd>{dead} · <a id=dead-letters-link href=\"/console/sources/{href}/dead-letters\">list</a></dd><dt>parked</dt><dd>{pa} aggregate(s), {pe} event(s) · <a id=parked-link href=\"/console/sources/{href}/parked\">list and release</a></dd></dl>\
 {reasons}{actions}<h2>Last 24 hours</h2><div class=charts>{charts}</div>\
 <h2>Instances</h2><table id=members><thead><tr><th>instance</th><th>role</th><th>state</th><th>cause</th><th>report age</th></tr></thead><tbody>{members}</tbody></table>",
         name = esc(&s.source),
+        href = esc(&url_path(&s.source)),
         leader = esc(s.leader.as_deref().unwrap_or("none")),
         state = esc(&s.state),
         verdict = r.verdict.map(|v| format!("{v:?}").to_lowercase()).unwrap_or("—".into()),
@@ -268,7 +319,13 @@ fn actions(s: &FleetSource) -> String {
 <span class=note>its outbox row and where its record is in Kafka</span></form>\
 <h2>Actions</h2><form class=action id={verb} action=\"/api/v1/sources/{href}/{verb}\" method=post>\
 <input name=reason placeholder=\"why (goes to the audit trail)\" required size=40> <button>{verb}</button> \
-<span class=note>{what}; needs an admin credential</span></form>",
+<span class=note>{what}; needs an admin credential</span></form>\
+<h2>Replay a window</h2><form class=action id=replay-window action=\"/api/v1/sources/{href}/replay\" method=post>\
+<input name=since placeholder=\"since (2h, or 2026-12-01T10:00:00Z)\" required size=26> <input name=until placeholder=\"until (default now)\" size=20> \
+<input name=aggregate_id placeholder=\"aggregate id (any)\" size=16> <input name=event_type placeholder=\"event type (any)\" size=16> \
+<label><input type=checkbox name=dry_run checked> dry run</label> \
+<input name=reason placeholder=\"why (goes to the audit trail)\" required size=30> <button>replay</button> \
+<span class=note>publishes the rows written in the window again, each with its event id and a replay header (on the outbox's timestamp column); a dry run only counts them; at most 100,000 from here</span></form>",
         href = esc(&url_path(&s.source)),
     )
 }
@@ -298,8 +355,8 @@ fn audit_main(app: &App) -> String {
                 (None, None) => "?",
             };
             format!(
-                "<tr><td>{}</td><td>{}</td><td>{action}</td><td>{}</td><td>{}</td><td class=pos>{}</td></tr>",
-                field(a, "at"), field(a, "by"), field(a, "source"), field(a, "reason"), field(a, "id"),
+                "<tr><td>{}</td><td>{}</td><td>{action}</td><td>{}</td><td>{}</td><td class=pos>{}</td><td>{}</td></tr>",
+                field(a, "at"), field(a, "by"), field(a, "source"), field(a, "reason"), field(a, "id"), esc(&what(a)),
             )
         })
         .collect();
@@ -309,12 +366,59 @@ fn audit_main(app: &App) -> String {
     };
     format!(
         "<h1>Audit</h1><p class=note>{from}; newest first (the API pages through all: /api/v1/audit)</p>\
-<table id=audit><thead><tr><th>at</th><th>by</th><th>action</th><th>source</th><th>why</th><th>id</th></tr></thead><tbody>{rows}</tbody></table>"
+<table id=audit><thead><tr><th>at</th><th>by</th><th>action</th><th>source</th><th>why</th><th>id</th><th>what</th></tr></thead><tbody>{rows}</tbody></table>"
     )
 }
 
+/// What an action named, in a line: its event ids (the first few), window or
+/// aggregates, and its outcome.
+fn what(a: &serde_json::Value) -> String {
+    let list = |k: &str| -> Option<String> {
+        let items: Vec<&str> = a
+            .get(k)?
+            .as_array()?
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        match items.len() {
+            0 => None,
+            n if n > 5 => Some(format!("{} … ({n})", items[..5].join(", "))),
+            _ => Some(items.join(", ")),
+        }
+    };
+    let named = a
+        .get("window")
+        .and_then(|w| w.as_str())
+        .map(str::to_string)
+        .or_else(|| list("event_ids"))
+        .or_else(|| list("aggregates"));
+    let outcome = a.get("outcome").and_then(|o| o.as_str());
+    match (named, outcome) {
+        (Some(n), Some(o)) => format!("{n}: {o}"),
+        (Some(n), None) => n,
+        (None, Some(o)) => o.to_string(),
+        (None, None) => String::new(),
+    }
+}
+
+/// "page N of M" with links to the pages beside it, for a list `Paging::page` made;
+/// `base` is the page's path (already escaped).
+pub(super) fn pager(base: &str, paged: &serde_json::Value) -> String {
+    let page = paged["page"].as_u64().unwrap_or(1);
+    let pages = paged["pages"].as_u64().unwrap_or(0);
+    let link = |to: u64, label: &str| format!("<a href=\"{base}?page={to}\">{label}</a>");
+    let mut nav = format!("page {page} of {}", pages.max(1));
+    if page > 1 {
+        nav = format!("{} · {nav}", link(page - 1, "newer"));
+    }
+    if page < pages {
+        nav = format!("{nav} · {}", link(page + 1, "older"));
+    }
+    nav
+}
+
 /// A source name as one segment of a path.
-fn url_path(name: &str) -> String {
+pub(super) fn url_path(name: &str) -> String {
     name.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
@@ -334,7 +438,7 @@ fn runway(r: &SourceReport) -> String {
 }
 
 /// Seconds as a person reads them.
-fn duration(secs: f64) -> String {
+pub(super) fn duration(secs: f64) -> String {
     match secs {
         s if s < 10.0 => format!("{s:.1} s"),
         s if s < 120.0 => format!("{s:.0} s"),
@@ -480,10 +584,11 @@ fn event_main(source: &str, id: &str, rows: &serde_json::Value) -> String {
     );
     for row in rows.as_array().into_iter().flatten() {
         out.push_str(&format!(
-            "<h2>Outbox row</h2><dl class=figures><dt>table</dt><dd>{}</dd><dt>aggregate</dt><dd>{} {}</dd><dt>event type</dt><dd>{}</dd><dt>row time</dt><dd>{}</dd><dt>routed to</dt><dd>{}</dd></dl>",
+            "<h2>Outbox row</h2><dl class=figures><dt>table</dt><dd>{}</dd><dt>aggregate</dt><dd>{} {}</dd><dt>event type</dt><dd>{}</dd><dt>row time</dt><dd>{}</dd><dt>routed to</dt><dd>{}</dd>{}</dl>",
             text(&row["table"]), text(&row["aggregate_type"]), text(&row["aggregate_id"]), text(&row["event_type"]),
-            row["row_time_ms"].as_i64().map(|ms| humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64)).to_string()).unwrap_or("—".into()),
+            rfc3339(&row["row_time_ms"]),
             text(&row["topic"]),
+            row["dead_letter"].as_str().map(|why| format!("<dt>dead-lettered</dt><dd id=dead-lettered>{}</dd>", esc(why))).unwrap_or_default(),
         ));
         let r = &row["record"];
         if r.is_null() {
@@ -503,10 +608,22 @@ fn event_main(source: &str, id: &str, rows: &serde_json::Value) -> String {
         out.push_str(&format!(
             "<h2>Record</h2><dl class=figures id=record><dt>topic</dt><dd id=record-topic>{}</dd><dt>partition</dt><dd id=record-partition>{}</dd><dt>offset</dt><dd id=record-offset>{}</dd><dt>timestamp</dt><dd>{}</dd><dt>claim check</dt><dd>{}</dd></dl>\
 <table id=headers><thead><tr><th>header</th><th>value</th></tr></thead><tbody>{headers}</tbody></table>",
-            text(&r["topic"]), text(&r["partition"]), text(&r["offset"]), text(&r["timestamp_ms"]), text(&r["claim_check"]),
+            text(&r["topic"]), text(&r["partition"]), text(&r["offset"]), rfc3339(&r["timestamp_ms"]), text(&r["claim_check"]),
         ));
     }
     out
+}
+
+/// Milliseconds since the epoch as RFC 3339 (UTC), or "—".
+fn rfc3339(ms: &serde_json::Value) -> String {
+    ms.as_i64()
+        .map(|ms| {
+            humantime::format_rfc3339_millis(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64),
+            )
+            .to_string()
+        })
+        .unwrap_or("—".into())
 }
 
 /// Publishing an event again, with its id (an admin credential; the script sends it).

@@ -63,6 +63,7 @@ fn backlog_batch(offset: u64, records: usize, complete: bool) -> Batch {
                     aggregate_type: None,
                 },
                 claim_check: false,
+                trace: None,
             })
             .collect(),
         invalid: Vec::new(),

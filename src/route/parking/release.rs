@@ -99,6 +99,7 @@ fn from_copy(copy: &ParkedCopy, id: &EventId) -> Result<Record, String> {
             aggregate_type: copy.parked.aggregate.aggregate_type.clone(),
         },
         claim_check: false,
+        trace: None,
     })
 }
 
@@ -130,5 +131,6 @@ pub fn outcome_record(
             aggregate_type: aggregate.aggregate_type.clone(),
         },
         claim_check: false,
+        trace: None,
     }
 }

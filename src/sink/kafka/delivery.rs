@@ -1,9 +1,11 @@
 //! Delivery proof: librdkafka's delivery reports counted per batch, and only a report
 //! with an offset acknowledges (../shared/notes/delivery-proof.md).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use opentelemetry::trace::SpanId;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use rdkafka::error::KafkaError;
@@ -12,6 +14,7 @@ use rdkafka::producer::{DeliveryResult, ProducerContext};
 use rdkafka::ClientContext;
 use tokio::sync::oneshot;
 
+use crate::monitor::traces::{span_of, EventTrace, Traces};
 use crate::monitor::{Metrics, Progress};
 
 /// What librdkafka reported for the first record of a batch that failed.
@@ -40,16 +43,35 @@ pub struct BatchAcks {
     /// Taken by the last acknowledgement or the first failure. When every record is gone
     /// without either, dropping it cancels the batch.
     outcome: Mutex<Option<oneshot::Sender<Result<(), Failure>>>>,
+    /// The batch's traced records by their span id, until Kafka answers for each (`None`
+    /// when none is traced: tracing off costs nothing here).
+    traced: Option<Mutex<HashMap<SpanId, EventTrace>>>,
 }
 
 impl BatchAcks {
     pub(super) fn new(records: usize) -> (Arc<Self>, oneshot::Receiver<Result<(), Failure>>) {
+        Self::traced(records, HashMap::new())
+    }
+
+    /// `new`, with the spans of the records that are traced.
+    pub(super) fn traced(
+        records: usize,
+        traced: HashMap<SpanId, EventTrace>,
+    ) -> (Arc<Self>, oneshot::Receiver<Result<(), Failure>>) {
         let (tx, rx) = oneshot::channel();
         let acks = Self {
             remaining: AtomicUsize::new(records),
             outcome: Mutex::new(Some(tx)),
+            traced: (!traced.is_empty()).then(|| Mutex::new(traced)),
         };
         (Arc::new(acks), rx)
+    }
+
+    /// The span of `message`, if it is traced: Kafka answered for it.
+    fn trace_of(&self, message: &rdkafka::message::BorrowedMessage<'_>) -> Option<EventTrace> {
+        let traced = self.traced.as_ref()?;
+        let id = message.headers().and_then(span_of)?;
+        traced.lock().unwrap_or_else(|p| p.into_inner()).remove(&id)
     }
 
     fn finish(&self, outcome: Result<(), Failure>) {
@@ -76,11 +98,18 @@ pub struct AckContext {
     /// fail too (purged at the abort), and the batch the acknowledgements stop at may
     /// be one of theirs.
     refused: Arc<Mutex<Option<crate::route::parking::Refusal>>>,
+    /// Where traced records' spans end, when tracing is on.
+    traces: Option<Traces>,
+    /// Exactly-once: a written record's span waits for its Kafka transaction.
+    exactly_once: bool,
+    awaiting_commit: Mutex<Vec<EventTrace>>,
 }
 
 impl AckContext {
     /// Reports deliveries, their failures and librdkafka's statistics to `metrics`.
-    pub(super) fn new(metrics: &Metrics) -> Self {
+    /// Traced records' spans end as `metrics` says (in exactly-once, with their Kafka
+    /// transaction).
+    pub(super) fn new(metrics: &Metrics, exactly_once: bool) -> Self {
         Self {
             unproven: metrics.deliveries_unproven(),
             errors: metrics.delivery_errors(),
@@ -88,6 +117,59 @@ impl AckContext {
             metrics: metrics.clone(),
             denied: Default::default(),
             refused: Default::default(),
+            traces: metrics.traces().cloned(),
+            exactly_once,
+            awaiting_commit: Mutex::default(),
+        }
+    }
+
+    /// Whether traced records' spans end here (tracing is on).
+    pub(super) fn traces_on(&self) -> bool {
+        self.traces.is_some()
+    }
+
+    /// The open Kafka transaction ended: committed (`None`), or aborted with why. The
+    /// spans of its records say which; an aborted one claims no delivery.
+    pub(super) fn transaction_ended(&self, aborted: Option<&str>) {
+        let Some(traces) = &self.traces else { return };
+        let ended = std::mem::take(
+            &mut *self
+                .awaiting_commit
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for trace in ended {
+            match aborted {
+                None => traces.committed(trace),
+                Some(why) => traces.failed(trace, why),
+            }
+        }
+    }
+
+    /// Kafka answered for a traced record: written at its offset, or not (`failure`).
+    fn trace_answered(
+        &self,
+        acks: &BatchAcks,
+        message: &rdkafka::message::BorrowedMessage<'_>,
+        failure: Option<String>,
+    ) {
+        let Some(traces) = &self.traces else { return };
+        let Some(mut trace) = acks.trace_of(message) else {
+            return;
+        };
+        match failure {
+            Some(why) => traces.failed(trace, &why),
+            None => {
+                trace.written(message.partition(), message.offset());
+                match self.exactly_once {
+                    true => self
+                        .awaiting_commit
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(trace),
+                    false => traces.acknowledged(trace),
+                }
+            }
         }
     }
 
@@ -165,6 +247,7 @@ impl ProducerContext for AckContext {
         let (reason, message) = match result {
             Ok(message) if message.offset() >= 0 => {
                 self.progress.delivered();
+                self.trace_answered(&acks, message, None);
                 if acks.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                     acks.finish(Ok(()));
                 }
@@ -172,6 +255,7 @@ impl ProducerContext for AckContext {
             }
             Ok(message) => {
                 self.unproven.inc();
+                self.trace_answered(&acks, message, Some("reported delivered without an offset: no proof it was written; re-sent from the checkpoint".into()));
                 let partition = message.partition();
                 (FailureReason::NoOffset { partition }, message)
             }
@@ -181,6 +265,7 @@ impl ProducerContext for AckContext {
                     .map_or_else(|| "other".to_string(), |c| format!("{c:?}"));
                 self.errors.get_or_create(&vec![("code", code)]).inc();
                 self.note_refusal(error, message);
+                self.trace_answered(&acks, message, Some(format!("not delivered: {error}")));
                 (FailureReason::Error(error.clone()), message)
             }
         };

@@ -40,7 +40,7 @@ impl KafkaSink {
         delivery: &DeliveryConfig,
         metrics: &Metrics,
     ) -> Result<Self, SinkError> {
-        let context = AckContext::new(metrics);
+        let context = AckContext::new(metrics, delivery.exactly_once());
         let mut client = match delivery.exactly_once() {
             true => transactional_config(cfg, &delivery.transactional_id),
             false => client_config(cfg),
@@ -101,11 +101,24 @@ impl KafkaSink {
     }
 
     /// Hands records over in order; waits only when the producer's queue is full.
-    async fn produce(&self, records: Vec<Record>) -> Result<Delivery, SinkError> {
+    async fn produce(&self, mut records: Vec<Record>) -> Result<Delivery, SinkError> {
         self.topics
             .ensure(records.iter().map(|r| &*r.topic))
             .await?;
-        let (acks, outcome) = BatchAcks::new(records.len());
+        // Traced records' spans wait beside the batch for Kafka's answer (tracing off:
+        // no pass over the batch).
+        let traced = match self.producer.context().traces_on() {
+            true => records
+                .iter_mut()
+                .filter_map(|r| r.trace.take())
+                .map(|mut trace| {
+                    trace.handed();
+                    (trace.span_id(), *trace)
+                })
+                .collect(),
+            false => Default::default(),
+        };
+        let (acks, outcome) = BatchAcks::traced(records.len(), traced);
         let mut events = Vec::with_capacity(records.len());
         for r in records {
             let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());

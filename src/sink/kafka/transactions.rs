@@ -142,6 +142,7 @@ impl Transactional {
         if let Err(error) = committed {
             return Err(self.aborted(producer, "commit", error, left()));
         }
+        producer.context().transaction_ended(None);
         Ok(())
     }
 
@@ -174,6 +175,9 @@ impl Transactional {
     /// Aborts the open transaction, if any (after a failed delivery).
     pub(super) fn abort(&self, producer: &BaseProducer<AckContext>) {
         let _ = tokio::task::block_in_place(|| producer.abort_transaction(TRANSACTION_TIMEOUT));
+        producer.context().transaction_ended(Some(
+            "its Kafka transaction was aborted after a failed delivery",
+        ));
     }
 
     /// Aborts the open transaction (best effort, within `within`) and returns the error
@@ -205,6 +209,9 @@ impl Transactional {
         if !matches!(failure, SinkError::Fenced { .. }) {
             let _ = tokio::task::block_in_place(|| producer.abort_transaction(within));
         }
+        producer.context().transaction_ended(Some(&format!(
+            "its Kafka transaction was not committed: {failure}"
+        )));
         failure
     }
 }

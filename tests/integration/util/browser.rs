@@ -133,11 +133,31 @@ impl Browser {
         out
     }
 
-    /// Types `text` into the field `css` selects and submits its form. The page's
-    /// script may replace the main part between finding the field and focusing it
-    /// (it leaves it alone once a field in it has the focus): found again until the
-    /// focused field is the one on the page.
+    /// Clicks what `css` selects (a checkbox, a link).
+    pub async fn click(&self, css: &str) {
+        let found = self.client.find(Locator::Css(css)).await;
+        found
+            .unwrap_or_else(|e| panic!("{css}: {e}"))
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("click {css}: {e}"));
+    }
+
+    /// Types `text` into the field `css` selects and submits its form.
     pub async fn fill_and_submit(&self, css: &str, text: &str) {
+        for _ in 0..20 {
+            let field = self.fill(css, text).await;
+            if field.send_keys("\u{E007}").await.is_ok() {
+                return;
+            }
+        }
+        panic!("could not submit {css}: the page kept replacing it");
+    }
+
+    /// Types `text` into the field `css` selects. The page's script may replace the main
+    /// part between finding the field and focusing it (it leaves it alone once a field
+    /// in it has the focus): found again until the focused field is the one on the page.
+    pub async fn fill(&self, css: &str, text: &str) -> fantoccini::elements::Element {
         for _ in 0..20 {
             // Any step may meet a field the script just replaced (stale): again.
             let Ok(field) = self.client.find(Locator::Css(css)).await else {
@@ -157,11 +177,8 @@ impl Browser {
             {
                 continue;
             }
-            if field.prop("value").await.ok().flatten().as_deref() != Some(text) {
-                continue;
-            }
-            if field.send_keys("\u{E007}").await.is_ok() {
-                return;
+            if field.prop("value").await.ok().flatten().as_deref() == Some(text) {
+                return field;
             }
         }
         panic!("could not type into {css}: the page kept replacing it");

@@ -48,6 +48,7 @@ pub fn kafka_bootstrap() -> String {
 
 /// A name unique to this test run, for databases, topics and server ids.
 pub fn unique(name: &str) -> (String, u32) {
+    repeat_panics_last();
     static N: AtomicU32 = AtomicU32::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -56,6 +57,38 @@ pub fn unique(name: &str) -> (String, u32) {
     let n = N.fetch_add(1, Ordering::Relaxed);
     let tag = (nanos / 1000 + std::process::id() * 7 + n * 104_729) % 1_000_000;
     (format!("{name}_{tag}"), 100_000 + tag)
+}
+
+/// Repeats a failing test's reason on one line after everything it printed: assertion
+/// messages carry a router's whole log, and CI shows only a run's last lines.
+fn repeat_panics_last() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let printed = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            printed(info);
+            let payload = info.payload();
+            let message = payload
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| payload.downcast_ref::<&str>().copied())
+                .unwrap_or("");
+            let at = info
+                .location()
+                .map_or_else(String::new, |l| format!("{}:{}", l.file(), l.line()));
+            let reason: String = message
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(300)
+                .collect();
+            eprintln!(
+                "=== {} panicked at {at}: {reason}",
+                std::thread::current().name().unwrap_or("?")
+            );
+        }));
+    });
 }
 
 /// A monitoring port unique to this test run, below the ephemeral range (32768+) so no

@@ -153,3 +153,11 @@ lists inline. Keys are quoted and scalars written as JSON, which TOML reads alik
 {{- define "outbox-router.tomlKey" -}}
 {{- if regexMatch "^[A-Za-z0-9_-]+$" . }}{{ . }}{{ else }}{{ toJson . }}{{ end -}}
 {{- end -}}
+
+{{/*
+The monitor port's scheme: HTTPS when config.monitor.tls names a certificate (the
+console's credentials are refused over plain HTTP off loopback), else HTTP.
+*/}}
+{{- define "outbox-router.monitorScheme" -}}
+{{- if (get (get (.Values.config | default dict) "monitor" | default dict) "tls") -}}HTTPS{{- else -}}HTTP{{- end -}}
+{{- end -}}

@@ -40,9 +40,10 @@ async function whoami() {
   }
 }
 
-async function refresh() {
-  // A page that costs something to make (an event lookup) is made once.
-  if (document.getElementById("main").dataset.refresh === "off") return;
+async function refresh(force) {
+  // A page that costs something to make (an event lookup) is made once, and again
+  // after an action that changes it.
+  if (!force && document.getElementById("main").dataset.refresh === "off") return;
   try {
     const query = location.search ? location.search + "&fragment=1" : "?fragment=1";
     const r = await fetch(location.pathname + query, { headers: headers() });
@@ -80,7 +81,7 @@ async function act(form) {
     out.className = "bad";
   }
   document.activeElement.blur();
-  refresh();
+  refresh(form.dataset.reload !== undefined);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -106,5 +107,5 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   whoami();
   refresh();
-  setInterval(refresh, REFRESH_MS);
+  setInterval(() => refresh(false), REFRESH_MS);
 });
