@@ -31,6 +31,8 @@ pub enum SourceError {
     StreamEnded { position: String },
     #[error("no binlog event for {secs} s at {position} although heartbeats were requested: connection presumed dead")]
     ReadTimeout { position: String, secs: u64 },
+    #[error("the server sent nothing for {secs} s after the binlog stream opened at {position}: it was still looking for the start position (joined by GTID, a server reads its binlog file from the start up to that GTID, sending nothing meanwhile), or the connection is dead")]
+    NotLocated { position: String, secs: u64 },
     #[error("cannot decode binlog event at {position}: {reason}")]
     Decode { position: String, reason: String },
     #[error("binlog position {needed} {missing}; the events after it were purged before the router read them; if copies of the binlog files are kept (a backup, `mariadb-binlog --raw`), set source.archive_dir to their directory and start again; else recover them from the outbox table, keeping their event ids: outbox-router -c CONFIG recover (then start the router again); never jump the checkpoint forward by hand: that skips events")]
@@ -145,7 +147,8 @@ impl SourceError {
             SourceError::ConnectTimeout { .. }
             | SourceError::ServerIdConflict { .. }
             | SourceError::StreamEnded { .. }
-            | SourceError::ReadTimeout { .. } => true,
+            | SourceError::ReadTimeout { .. }
+            | SourceError::NotLocated { .. } => true,
             SourceError::Decode { .. }
             | SourceError::Unaccountable { .. }
             | SourceError::StatementLogged { .. }

@@ -257,3 +257,47 @@ async fn stops_while_kafka_does_not_answer_end_cleanly() {
     );
     broker.services("down");
 }
+
+/// The server silent for longer than a read may wait, right after the router asked for
+/// its binlog — what a server does while it looks for a GTID in a large binlog file (it
+/// reads the file from its start, sending nothing, not even heartbeats; a 1 GB file took
+/// longer than the read timeout under CI's load). The router waits for it (saying so)
+/// instead of presuming the connection dead: before, every reconnect started the search
+/// again and the router never streamed. Each start, the first and a restart by GTID,
+/// streams every event: 0 lost, 0 duplicates.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_silent_while_it_looks_for_the_start_position_is_waited_for() {
+    let _settings = SERVER_SETTINGS.read().await;
+    let (db, server_id) = unique("locate_slow");
+    let mut conn = app_conn().await;
+    outbox_db(&mut conn, &db).await;
+    // 8 s: twice the read timeout at the tests' heartbeat of 1 s (3 × 1 + 1 s).
+    let proxy = StallProxy::start(mariadb_port(), Duration::from_secs(8)).await;
+    let mut setup = RouterSetup::new(&db, server_id, binlog_position(&mut conn).await);
+    setup.source_port = proxy.port;
+    let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
+    let mut total = 0;
+    for round in 0..2 {
+        crate::crash::write_mixed(&db, total, total + 200, 20).await;
+        total += 200;
+        let mut router = setup.start_router();
+        assert_eq!(
+            wait_for_ids(&topics, total, Duration::from_secs(60)),
+            total,
+            "round {round}:\n{}",
+            router.log()
+        );
+        let log = drain_and_stop(&mut router, &topics, total);
+        assert!(
+            log.contains("still looking for the start position"),
+            "round {round}: the wait is said:\n{log}"
+        );
+        assert!(
+            !log.contains("presumed dead") && !log.contains("resuming from the last checkpoint"),
+            "round {round}: the router gave up on a server that was searching:\n{log}"
+        );
+    }
+    assert!(proxy.stalled.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    assert_eq!(check_stream(&topics, total), 0);
+    println!("a server silent 8 s at each binlog request: {total} events in 2 starts, 0 lost, 0 duplicates");
+}

@@ -31,6 +31,21 @@ use tables::{Mapped, TableMaps};
 /// A server heartbeat (`HEARTBEAT_LOG_EVENT`, the same number in MySQL and MariaDB).
 const HEARTBEAT: u8 = EventType::HEARTBEAT_EVENT as u8;
 
+/// How long the server may take to reach the start position before the first event
+/// past a file's preamble or a heartbeat: its search through a binlog file of
+/// `max_binlog_size` (1 GB by default) on a busy server.
+const LOCATE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The events a server sends at a file's start, before it reaches a replica's position:
+/// they say nothing about whether it has.
+fn is_preamble(raw_type: u8) -> bool {
+    raw_type == EventType::ROTATE_EVENT as u8
+        || raw_type == EventType::FORMAT_DESCRIPTION_EVENT as u8
+        || raw_type == mariadb::GTID_LIST_EVENT
+        || raw_type == mariadb::BINLOG_CHECKPOINT_EVENT
+        || raw_type == EventType::PREVIOUS_GTIDS_EVENT as u8
+}
+
 /// What a read of the stream brought.
 #[derive(Debug)]
 pub enum Read {
@@ -48,6 +63,13 @@ pub struct BinlogReader {
     /// Table ids and the watched tables' layouts.
     tables: TableMaps,
     read_timeout: Duration,
+    /// The server has reached the start position: it sent an event past a file's
+    /// preamble, or a heartbeat (sent only at the end of the binlog). Until then it may
+    /// be silent for long — joined by GTID, it reads its binlog file from the start up to
+    /// our GTID, and sends nothing (not even heartbeats) meanwhile: a 1 GB file took
+    /// longer than `read_timeout` under load, and every reconnect started the search
+    /// again, so the router never streamed.
+    located: bool,
     /// Joined by GTID state rather than file and offset.
     by_gtid: bool,
     /// Joined by GTID, the server named the file where it found our place: the position
@@ -137,6 +159,7 @@ impl BinlogReader {
             read_timeout: heartbeat
                 .saturating_mul(3)
                 .saturating_add(Duration::from_secs(1)),
+            located: false,
             by_gtid,
             gtid_start_unplaced: false,
             seen_format_description: false,
@@ -187,24 +210,18 @@ impl BinlogReader {
     /// happen between transactions (an operator's request) can be done.
     pub async fn next_read(&mut self) -> Result<Read, SourceError> {
         loop {
-            let next = tokio::time::timeout(self.read_timeout, self.stream.next(&self.at)).await;
-            let item = match next {
-                Err(_) => {
-                    return Err(SourceError::ReadTimeout {
-                        position: self.at.to_string(),
-                        secs: self.read_timeout.as_secs(),
-                    })
-                }
-                Ok(None) => {
+            let item = match self.next_item().await? {
+                None => {
                     return Err(SourceError::StreamEnded {
                         position: self.at.to_string(),
                     })
                 }
-                Ok(Some(item)) => item?,
+                Some(item) => item?,
             };
             let done = match item {
                 BinlogItem::Event(event) => {
                     let heartbeat = event.header().event_type_raw() == HEARTBEAT;
+                    self.located |= heartbeat || !is_preamble(event.header().event_type_raw());
                     match self.handle(event)? {
                         None if heartbeat && self.between_transactions() => return Ok(Read::Idle),
                         done => done,
@@ -216,11 +233,45 @@ impl BinlogReader {
                 }
                 BinlogItem::ServerStream => {
                     self.seen_format_description = false;
+                    self.located = false;
                     None
                 }
             };
             if let Some(txn) = done {
                 return Ok(Read::Transaction(txn));
+            }
+        }
+    }
+
+    /// The stream's next item, within `read_timeout` once the server has reached our
+    /// position; until then within `LOCATE_TIMEOUT`, said once in the log when it takes
+    /// longer than a read may. The one read is polled throughout, never dropped and
+    /// started again.
+    async fn next_item(&mut self) -> Result<Option<Result<BinlogItem, SourceError>>, SourceError> {
+        let started = tokio::time::Instant::now();
+        let next = self.stream.next(&self.at);
+        tokio::pin!(next);
+        let mut said = false;
+        loop {
+            tokio::select! {
+                item = &mut next => return Ok(item),
+                () = tokio::time::sleep(self.read_timeout) => {}
+            }
+            let waited = started.elapsed();
+            if self.located {
+                return Err(SourceError::ReadTimeout {
+                    position: self.at.to_string(),
+                    secs: waited.as_secs(),
+                });
+            }
+            if waited >= LOCATE_TIMEOUT {
+                return Err(SourceError::NotLocated {
+                    position: self.at.to_string(),
+                    secs: waited.as_secs(),
+                });
+            }
+            if !std::mem::replace(&mut said, true) {
+                tracing::info!(position = %self.at, by_gtid = self.by_gtid, waited_secs = waited.as_secs(), wait_up_to_secs = LOCATE_TIMEOUT.as_secs(), "the server is still looking for the start position in its binlog (joined by GTID it reads the file from the start up to it); waiting");
             }
         }
     }
