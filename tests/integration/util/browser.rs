@@ -115,22 +115,19 @@ impl Browser {
 
     /// Rows of the table `css` selects, each as its cells' texts.
     pub async fn rows(&self, css: &str) -> Vec<Vec<String>> {
+        // One script reads the whole table at once: the page's live refresh replaces its
+        // rows, and a row-by-row read through WebDriver raced it (stale cells read as
+        // empty, whole rows missing, under load every time).
+        let script = "return Array.from(document.querySelectorAll(arguments[0] + ' tbody tr'))\
+            .map(r => Array.from(r.querySelectorAll('td')).map(td => td.innerText.trim()));";
         let Ok(rows) = self
             .client
-            .find_all(Locator::Css(&format!("{css} tbody tr")))
+            .execute(script, vec![serde_json::Value::from(css)])
             .await
         else {
             return Vec::new();
         };
-        let mut out = Vec::new();
-        for row in rows {
-            let mut cells = Vec::new();
-            for cell in row.find_all(Locator::Css("td")).await.unwrap_or_default() {
-                cells.push(cell.text().await.unwrap_or_default());
-            }
-            out.push(cells);
-        }
-        out
+        serde_json::from_value(rows).unwrap_or_default()
     }
 
     /// Clicks what `css` selects (a checkbox, a link).
