@@ -147,6 +147,7 @@ impl<'a> AuditTrail<'a> {
                     position: "-".into(),
                     id: EventId(entry.id.clone().into_bytes()),
                     aggregate_type: None,
+                    trace: None,
                 },
                 claim_check: false,
                 trace: None,

@@ -48,7 +48,6 @@ pub(super) fn map_and_route(
                 event_id: &r.event.id.0,
                 table: r.event.table.to_string(),
                 position: &r.event.position,
-                topic: &r.topic,
             };
             r.trace = traces.start(&mut r.headers, batch.commit_time_ms, about);
         }

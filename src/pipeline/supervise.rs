@@ -15,6 +15,7 @@ use super::InvalidPolicy;
 use super::{ack, preflight, resume, PipelineError};
 use crate::checkpoint::CheckpointStore;
 use crate::config::Config;
+use crate::monitor::traces::{span_id_field, trace_id_field, LogIds};
 use crate::monitor::{Metrics, RestartReason};
 use crate::outbox::OnInvalid;
 use crate::route::parking::Parking;
@@ -158,7 +159,8 @@ async fn supervise_runs(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
                     warn!(error = %e, server_id, times, stop_at = max, "another replica with this source.server_id is connected to the server (a second router or a copied config?); give each its own server_id");
                 }
                 metrics.restart(reason);
-                warn!(error = %e, reason = reason.as_str(), retry_in_ms = delay.as_millis() as u64, "pipeline stopped by a transient error; resuming from the last checkpoint");
+                let trace = trace_of(&e);
+                warn!(error = %e, reason = reason.as_str(), retry_in_ms = delay.as_millis() as u64, trace_id = trace_id_field(trace), span_id = span_id_field(trace), "pipeline stopped by a transient error; resuming from the last checkpoint");
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
                     _ = shutdown.cancelled() => return Ok(()),
@@ -172,7 +174,13 @@ async fn supervise_runs(ctx: &Ctx<'_>) -> Result<(), PipelineError> {
                 return Ok(());
             }
             Err(e) => {
-                error!(?snapshot, "stopped by an error");
+                let trace = trace_of(&e);
+                error!(
+                    ?snapshot,
+                    trace_id = trace_id_field(trace),
+                    span_id = span_id_field(trace),
+                    "stopped by an error"
+                );
                 return Err(with_what_is_purged(ctx.config, e).await);
             }
         }
@@ -196,16 +204,25 @@ fn parks_refusal(config: &Config, refusals: &Refusals, e: &PipelineError) -> boo
         return false;
     }
     let (event, topic) = (refusal.event_id.clone(), refusal.topic.clone());
+    let trace = trace_of(e);
     match refusals.note(refusal) {
         Noted::Parks => {
-            warn!(error = %e, %event, %topic, "Kafka refused an outbox event's record for good: resuming from the last checkpoint with its aggregate parked from that event on");
+            warn!(error = %e, %event, %topic, trace_id = trace_id_field(trace), span_id = span_id_field(trace), "Kafka refused an outbox event's record for good: resuming from the last checkpoint with its aggregate parked from that event on");
             true
         }
         Noted::RefusesRelease => {
-            warn!(error = %e, %event, %topic, "Kafka refused a released record: resuming from the last checkpoint, the release is answered as refused and the aggregate stays parked");
+            warn!(error = %e, %event, %topic, trace_id = trace_id_field(trace), span_id = span_id_field(trace), "Kafka refused a released record: resuming from the last checkpoint, the release is answered as refused and the aggregate stays parked");
             true
         }
         Noted::Again => false,
+    }
+}
+
+/// The trace of the event whose record `e` is about, when it went out with one.
+fn trace_of(e: &PipelineError) -> Option<LogIds> {
+    match e {
+        PipelineError::Sink(sink) => sink.event().and_then(|event| event.trace),
+        _ => None,
     }
 }
 

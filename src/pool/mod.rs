@@ -54,16 +54,37 @@ pub async fn run(
     shutdown: CancellationToken,
     lookup: Arc<crate::pipeline::lookup::EventLookup>,
     desk: crate::monitor::server::Desk,
+    mut duties: crate::pipeline::LeaderDuties,
+) -> Result<()> {
+    let pool = Pool::load(path)?;
+    duties.tracing = crate::monitor::traces::Tracing::start(
+        &pool.monitor.tracing,
+        &pool.settings.instance_name(),
+    )
+    .map_err(anyhow::Error::msg)
+    .context("monitor.tracing")?;
+    let tracing = duties.tracing.clone();
+    let ran = run_loaded(path, pool, init, shutdown, lookup, desk, duties).await;
+    if let Some(tracing) = tracing {
+        // The last events' spans (every source's), before the process ends.
+        tracing.flush(Duration::from_secs(5)).await;
+    }
+    ran
+}
+
+/// `run`, once the pool's files are read and its tracing started.
+async fn run_loaded(
+    path: &Path,
+    mut pool: Pool,
+    init: bool,
+    shutdown: CancellationToken,
+    lookup: Arc<crate::pipeline::lookup::EventLookup>,
+    desk: crate::monitor::server::Desk,
     duties: crate::pipeline::LeaderDuties,
 ) -> Result<()> {
-    let mut pool = Pool::load(path)?;
     let settings = pool.settings.clone();
     let instance = settings.instance_name();
     let group = settings.group_id.clone();
-    let mut duties = duties;
-    duties.tracing = crate::monitor::traces::Tracing::start(&pool.monitor.tracing, &instance)
-        .map_err(anyhow::Error::msg)
-        .context("monitor.tracing")?;
     let view = Arc::new(Served::pool(instance.clone(), group.clone()));
     let mut failures = Failures::default();
     // Sources whose `--init` failed here: each tries again before it starts.

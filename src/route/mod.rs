@@ -71,6 +71,9 @@ pub struct EventRef {
     /// The route value (aggregate type) of an outbox event; `None` for the router's own
     /// records (dead letters, audit entries).
     pub aggregate_type: Option<String>,
+    /// The trace its record went out in, once Kafka's answer for it is an error (log
+    /// lines about it then carry `trace_id` / `span_id`); `None` before.
+    pub trace: Option<crate::monitor::traces::LogIds>,
 }
 
 impl Record {
@@ -264,6 +267,7 @@ impl Router {
                 position: bad.position.clone(),
                 id: event_id,
                 aggregate_type: None,
+                trace: None,
             },
             claim_check,
             trace: None,
@@ -339,6 +343,7 @@ impl Router {
                 position: e.position,
                 id: e.id,
                 aggregate_type: Some(e.route_value),
+                trace: None,
             },
             claim_check,
             trace: None,

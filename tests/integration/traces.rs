@@ -487,3 +487,484 @@ async fn in_exactly_once_a_span_ends_when_its_kafka_transaction_commits() {
     assert_eq!(tag(span, "otel.status_code"), None, "{span}");
     drain_and_stop(&mut router, &topics, 1);
 }
+
+/// The spans of trace `trace_id` named `outbox event`, once there are at least `n` (at
+/// most `within`); what there is then.
+async fn router_spans(trace_id: &str, n: usize, within: Duration) -> Vec<Value> {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut spans = Vec::new();
+        if let Ok(answer) = reqwest::get(format!("{QUERY}/api/traces/{trace_id}")).await {
+            if let Ok(v) = answer.json::<Value>().await {
+                spans = v["data"][0]["spans"]
+                    .as_array()
+                    .map(|s| {
+                        s.iter()
+                            .filter(|s| s["operationName"] == "outbox event")
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default();
+            }
+        }
+        if spans.len() >= n || Instant::now() > deadline {
+            return spans;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Whether a span ended with an error status.
+fn is_error(span: &Value) -> bool {
+    tag(span, "otel.status_code").as_deref() == Some("ERROR")
+}
+
+/// Whether a span claims its record was delivered (acknowledged, or its transaction
+/// committed).
+fn claims_delivery(span: &Value) -> bool {
+    events(span)
+        .iter()
+        .any(|(n, _)| n == "acknowledged by Kafka" || n == "Kafka transaction committed")
+}
+
+/// A record Kafka refuses for good (over its topic's `max.message.bytes`), with parking
+/// on: the router's span of that attempt ends with an error, names the topic that refused
+/// it and claims no delivery; the event, parked on the next run, gets a span that names
+/// the parking topic it really went to. The JSON log line about the refusal carries the
+/// event's trace id and the failed span's id (`--log-format json`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_record_ends_its_span_with_an_error_and_the_log_names_its_trace() {
+    let _settings = SERVER_SETTINGS.read().await;
+    services("up", "jaeger");
+    let name = "traces_refused";
+    let (mut conn, mut setup) = fresh(name).await;
+    let db = setup.db.clone();
+    conn.query_drop(format!("ALTER TABLE {db}.outbox ADD trace_ctx TEXT NULL"))
+        .await
+        .unwrap();
+    let parked = crate::parking::parking(&mut setup);
+    let invoices = setup.topic("Invoice");
+    setup.extra_toml += &format!(
+        "[[kafka.topics.rule]]\npattern = \"{invoices}\"\nconfig = {{ \"max.message.bytes\" = \"20000\" }}\n"
+    );
+    setup
+        .kafka_properties
+        .push(("batch.size".into(), "16384".into()));
+    setup.columns_toml = "trace_context = \"trace_ctx\"".into();
+    setup.monitor_toml = format!("[tracing]\nenabled = true\nendpoint = \"{OTLP_GRPC}\"\n");
+    let mut router = setup.start_router_with(&[], &["--log-format", "json"]);
+    wait_http_ok(setup.monitor_port, "/ready", Duration::from_secs(60)).await;
+    let trace = (u128::from(setup.server_id) << 64) | 0x51;
+    conn.exec_drop(
+        format!(
+            "INSERT INTO {db}.outbox (event_id, aggregate_type, aggregate_id, event_type, payload, trace_ctx) VALUES
+             ('big-1', 'Invoice', 'i-1', 'Issued', CONCAT('{{\"pad\":\"', (SELECT GROUP_CONCAT(MD5(seq) SEPARATOR '') FROM {db}.seq_1_to_3000), '\"}}'), ?)"
+        ),
+        (app_context(trace, 0xd1, true),),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        wait_for_ids(std::slice::from_ref(&parked), 1, Duration::from_secs(90)),
+        1,
+        "the refused event parked\n{}",
+        router.log()
+    );
+    let trace_id = format!("{trace:032x}");
+    let spans = router_spans(&trace_id, 2, Duration::from_secs(30)).await;
+    assert_eq!(spans.len(), 2, "{spans:?}\n{}", router.log());
+    let failed = spans
+        .iter()
+        .find(|s| is_error(s))
+        .unwrap_or_else(|| panic!("no failed span: {spans:?}"));
+    assert!(!claims_delivery(failed), "{failed}");
+    assert!(
+        events(failed).iter().any(|(n, _)| n == "not delivered"),
+        "{failed}"
+    );
+    assert_eq!(
+        tag(failed, "messaging.destination.name"),
+        Some(invoices.clone())
+    );
+    assert_eq!(tag(failed, "messaging.kafka.offset"), None, "{failed}");
+    let delivered = spans.iter().find(|s| !is_error(s)).unwrap();
+    assert!(claims_delivery(delivered), "{delivered}");
+    assert_eq!(
+        tag(delivered, "messaging.destination.name"),
+        Some(parked.clone()),
+        "the span names where the record went"
+    );
+    let record = read_all(std::slice::from_ref(&parked)).remove(0);
+    assert_eq!(
+        tag(delivered, "messaging.kafka.offset"),
+        Some(record.offset.to_string())
+    );
+    for span in [failed, delivered] {
+        assert_eq!(
+            parent_of(span),
+            Some(format!("{:016x}", 0xd1)),
+            "under the app's span"
+        );
+    }
+
+    // The log line about the refusal, as JSON, names the trace and the failed span.
+    let log = router.log();
+    let refusal = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("refused an outbox event's record for good"))
+        })
+        .unwrap_or_else(|| panic!("no JSON line about the refusal:\n{log}"));
+    assert_eq!(
+        refusal["fields"]["trace_id"].as_str(),
+        Some(trace_id.as_str()),
+        "{refusal}"
+    );
+    assert_eq!(
+        refusal["fields"]["span_id"].as_str(),
+        failed["spanID"].as_str(),
+        "{refusal}"
+    );
+    assert_eq!(refusal["fields"]["event"], "big-1", "{refusal}");
+    drain_and_stop(&mut router, std::slice::from_ref(&parked), 1);
+}
+
+/// Writes `per_tick` single-row transactions every 50 ms until stopped; returns how many.
+struct SlowWriter {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<usize>,
+}
+
+impl SlowWriter {
+    fn start(db: &str, per_tick: usize) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (db, flag) = (db.to_string(), stop.clone());
+        let task = tokio::spawn(async move {
+            let mut written = 0;
+            while !flag.load(Ordering::Relaxed) {
+                crate::crash::write_mixed(&db, written, written + per_tick, 20).await;
+                written += per_tick;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            written
+        });
+        Self { stop, task }
+    }
+
+    async fn stop(self) -> usize {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
+}
+
+/// Every span service `service` exported since `since` (µs), from Jaeger's query API.
+async fn spans_of_service(service: &str, since_us: i64) -> Vec<Value> {
+    let url = format!("{QUERY}/api/traces?service={service}&start={since_us}&limit=100000");
+    let v: Value = reqwest::get(url).await.unwrap().json().await.unwrap();
+    v["data"]
+        .as_array()
+        .map(|traces| {
+            traces
+                .iter()
+                .flat_map(|t| t["spans"].as_array().cloned().unwrap_or_default())
+                .filter(|s| s["operationName"] == "outbox event")
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64
+}
+
+/// A standby pair in exactly-once, every event traced: the leader frozen (SIGSTOP) past
+/// its session while events keep coming; the standby, which never led, takes over and
+/// fences it; resumed, the old leader cannot commit what it had open. Every span that
+/// claims a delivery names a record a read_committed consumer finds at that topic,
+/// partition and offset with the span's event id; every event has such a span; the
+/// spans of what the old leader could not commit end with an error and claim nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_takeover_leaves_no_span_claiming_a_delivery_that_did_not_happen() {
+    let _settings = SERVER_SETTINGS.read().await;
+    services("up", "jaeger");
+    let since = now_us();
+    let mut p = crate::standby::pair("traces_takeover").await;
+    let service = format!("outbox-router-takeover-{}", p.a.server_id);
+    for s in [&mut p.a, &mut p.b] {
+        s.monitor_toml = format!(
+            "[tracing]\nenabled = true\nendpoint = \"{OTLP_GRPC}\"\nservice_name = \"{service}\"\n"
+        );
+    }
+    let mut a = p.a.start_router();
+    crate::standby::wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
+    let mut b = p.b.start_router();
+    crate::standby::wait_standby_ready(p.b.monitor_port, &b).await;
+    let writer = SlowWriter::start(&p.a.db, 10);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    a.pause();
+    crate::standby::wait_streaming(p.b.monitor_port, Duration::from_secs(90), &b).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    a.resume();
+    // Fenced at its next commit, or a standby again once it sees the lock gone.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if a.wait(Duration::from_millis(200)).is_some()
+            || crate::standby::gauge(p.a.monitor_port, "outbox_router_leader").await == Some(0.0)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the old leader kept leading:\n{}",
+            a.log()
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let total = writer.stop().await;
+    drain_and_stop(&mut b, &p.topics, total);
+    assert_eq!(
+        check_stream(&p.topics, total),
+        0,
+        "read_committed duplicates"
+    );
+    a.stop(Duration::from_secs(30));
+
+    let committed: std::collections::HashMap<(String, i32, i64), String> = read_all(&p.topics)
+        .into_iter()
+        .map(|m| ((m.topic.clone(), m.partition, m.offset), m.id()))
+        .collect();
+    let mut delivered = std::collections::HashSet::new();
+    let (mut claims, mut failed) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let spans = loop {
+        let spans = spans_of_service(&service, since).await;
+        let ids: std::collections::HashSet<String> = spans
+            .iter()
+            .filter(|s| claims_delivery(s))
+            .filter_map(|s| tag(s, "messaging.message.id"))
+            .collect();
+        if ids.len() >= total || Instant::now() > deadline {
+            break spans;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    for span in &spans {
+        let id = tag(span, "messaging.message.id").unwrap();
+        if claims_delivery(span) {
+            assert!(!is_error(span), "{span}");
+            let at = (
+                tag(span, "messaging.destination.name").unwrap(),
+                tag(span, "messaging.destination.partition.id")
+                    .unwrap()
+                    .parse()
+                    .unwrap(),
+                tag(span, "messaging.kafka.offset")
+                    .unwrap()
+                    .parse()
+                    .unwrap(),
+            );
+            assert_eq!(
+                committed.get(&at),
+                Some(&id),
+                "a span claims {id} committed at {at:?}: {span}"
+            );
+            claims += 1;
+            delivered.insert(id);
+        } else {
+            assert!(is_error(span), "neither delivered nor failed: {span}");
+            failed += 1;
+        }
+    }
+    assert_eq!(delivered.len(), total, "every event has a delivered span");
+    println!(
+        "traces: takeover: {total} events, {claims} spans claim a commit (each found where it says), {failed} error spans of what was not committed"
+    );
+}
+
+/// A Jaeger of a test's own (its ports, its run directory; the suite's binary), to stop
+/// and start without touching the one the other tests share.
+struct PrivateJaeger {
+    dir: tempfile::TempDir,
+    grpc: u16,
+    query: u16,
+}
+
+impl PrivateJaeger {
+    fn new(grpc: u16, query: u16) -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            grpc,
+            query,
+        }
+    }
+
+    fn services(&self, action: &str) {
+        let status = std::process::Command::new(repo_root().join("scripts/services"))
+            .args([action, "jaeger"])
+            .env("OUTBOX_JAEGER_RUN_DIR", self.dir.path())
+            .env("OUTBOX_JAEGER_OTLP_GRPC_PORT", self.grpc.to_string())
+            .env("OUTBOX_JAEGER_OTLP_HTTP_PORT", (self.grpc + 1).to_string())
+            .env("OUTBOX_JAEGER_QUERY_PORT", self.query.to_string())
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "private Jaeger: {action} failed");
+    }
+
+    /// The event ids of the `outbox event` spans it holds for `service`.
+    async fn event_ids(&self, service: &str) -> std::collections::HashSet<String> {
+        let url = format!(
+            "http://127.0.0.1:{}/api/traces?service={service}&limit=100000",
+            self.query
+        );
+        let Ok(answer) = reqwest::get(url).await else {
+            return Default::default();
+        };
+        let v: Value = answer.json().await.unwrap_or_default();
+        v["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|t| t["spans"].as_array().cloned().unwrap_or_default())
+            .filter_map(|s| tag(&s, "messaging.message.id"))
+            .collect()
+    }
+}
+
+impl Drop for PrivateJaeger {
+    fn drop(&mut self) {
+        self.services("down");
+    }
+}
+
+/// The spans the router counted as `outcome` so far.
+async fn spans_counted(port: u16, outcome: &str) -> f64 {
+    let (_, metrics) = http_get(port, "/metrics").await;
+    metric(
+        &metrics,
+        &format!("outbox_router_trace_spans_total{{outcome=\"{outcome}\"}}"),
+    )
+}
+
+/// The collector stopped for a minute while events keep coming, then started again:
+/// streaming does not notice (every event written during the outage is in Kafka within
+/// seconds of the last one), the spans of the outage are dropped and counted, one warning
+/// says so and one line says when spans reach the collector again; afterwards the new
+/// events' spans are in the collector. Every traced event's span is counted once:
+/// exported + dropped = events.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_collector_down_for_a_minute_costs_only_the_spans_of_that_minute() {
+    let _settings = SERVER_SETTINGS.read().await;
+    services("up", "jaeger");
+    let jaeger = PrivateJaeger::new(14417, 16786);
+    jaeger.services("up");
+    let (_conn, mut setup) = fresh("traces_outage").await;
+    let db = setup.db.clone();
+    let service = format!("outbox-router-outage-{}", setup.server_id);
+    setup.monitor_toml = format!(
+        "[tracing]\nenabled = true\nendpoint = \"http://127.0.0.1:{}\"\nservice_name = \"{service}\"\nexport_timeout_secs = 2\n",
+        jaeger.grpc
+    );
+    let topics: Vec<String> = TYPES.iter().map(|t| setup.topic(t)).collect();
+    let mut router = setup.start_router();
+    wait_http_ok(setup.monitor_port, "/ready", Duration::from_secs(60)).await;
+    let port = setup.monitor_port;
+
+    // Before: every span reaches the collector.
+    crate::crash::write_mixed(&db, 0, 200, 20).await;
+    assert_eq!(wait_for_ids(&topics, 200, Duration::from_secs(60)), 200);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while spans_counted(port, "exported").await < 200.0 {
+        assert!(Instant::now() < deadline, "{}", router.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The collector down for a minute; events keep coming.
+    jaeger.services("down");
+    let mut written = 200;
+    let outage = Instant::now();
+    while outage.elapsed() < Duration::from_secs(60) {
+        crate::crash::write_mixed(&db, written, written + 20, 20).await;
+        written += 20;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let last_written = Instant::now();
+    assert_eq!(
+        wait_for_ids(&topics, written, Duration::from_secs(60)),
+        written
+    );
+    let caught_up = last_written.elapsed();
+    assert!(
+        caught_up < Duration::from_secs(10),
+        "streaming lagged {caught_up:?} behind the writes while the collector was down"
+    );
+    let dropped = spans_counted(port, "dropped").await;
+    assert!(dropped > 0.0, "{}", router.log());
+    let log = router.log();
+    assert_eq!(
+        log.matches("the collector did not take a batch of spans")
+            .count()
+            + log.matches("the collector did not answer in time").count(),
+        1,
+        "one warning for the outage:\n{log}"
+    );
+
+    // Back: the next events' spans reach it again.
+    jaeger.services("up");
+    let before = written;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !router.log().contains("spans reach the collector again") {
+        crate::crash::write_mixed(&db, written, written + 20, 20).await;
+        written += 20;
+        assert!(Instant::now() < deadline, "{}", router.log());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    crate::crash::write_mixed(&db, written, written + 200, 20).await;
+    written += 200;
+    assert_eq!(
+        wait_for_ids(&topics, written, Duration::from_secs(60)),
+        written
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let exported = spans_counted(port, "exported").await;
+        let dropped = spans_counted(port, "dropped").await;
+        if exported + dropped == written as f64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "exported {exported} + dropped {dropped} ≠ {written} events\n{}",
+            router.log()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let wanted: Vec<String> = (written - 200..written).map(|n| format!("s-{n}")).collect();
+    loop {
+        let held = jaeger.event_ids(&service).await;
+        let missing = wanted.iter().filter(|id| !held.contains(*id)).count();
+        if missing == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{missing} of the last 200 events' spans not in the collector"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    drain_and_stop(&mut router, &topics, written);
+    assert_eq!(check_stream(&topics, written), 0);
+    println!(
+        "traces: collector down 60 s: {written} events ({} during the outage and until spans came back), all delivered {} ms after the last write; {dropped} spans dropped and counted, the rest exported",
+        before - 200,
+        caught_up.as_millis()
+    );
+}

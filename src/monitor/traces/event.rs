@@ -22,6 +22,9 @@ pub struct EventTrace {
     pub(super) read: SystemTime,
     /// When it was handed to the producer.
     pub(super) handed: Option<SystemTime>,
+    /// The topic Kafka answered for it on: where it went, not where it was routed (a
+    /// parked event's record goes to the parking topic).
+    pub(super) topic: Option<String>,
     /// Where Kafka wrote it, once it said.
     pub(super) written: Option<Written>,
     pub(super) attributes: Vec<KeyValue>,
@@ -33,6 +36,8 @@ pub(super) struct Written {
     pub(super) partition: i32,
     pub(super) offset: i64,
     pub(super) at: SystemTime,
+    /// Written into a Kafka transaction: it counts only once that commits.
+    pub(super) in_transaction: bool,
 }
 
 /// How an event's journey ended.
@@ -57,12 +62,19 @@ impl EventTrace {
         self.handed = Some(SystemTime::now());
     }
 
-    /// Kafka wrote it at `partition` / `offset` (reported now).
-    pub fn written(&mut self, partition: i32, offset: i64) {
+    /// Kafka answered for its record on `topic` (written or not).
+    pub fn answered_for(&mut self, topic: &str) {
+        self.topic = Some(topic.to_string());
+    }
+
+    /// Kafka wrote it at `partition` / `offset` (reported now), into a Kafka transaction
+    /// or not.
+    pub fn written(&mut self, partition: i32, offset: i64, in_transaction: bool) {
         self.written = Some(Written {
             partition,
             offset,
             at: SystemTime::now(),
+            in_transaction,
         });
     }
 
@@ -83,6 +95,9 @@ impl EventTrace {
             events.push(Event::new("handed to Kafka", handed, Vec::new(), 0));
         }
         let mut attributes = self.attributes;
+        if let Some(topic) = self.topic {
+            attributes.push(KeyValue::new("messaging.destination.name", topic));
+        }
         if let Some(w) = self.written {
             let place = vec![
                 KeyValue::new(
@@ -91,10 +106,14 @@ impl EventTrace {
                 ),
                 KeyValue::new("messaging.kafka.offset", w.offset),
             ];
-            attributes.extend(place.iter().cloned());
-            let name = match ending {
-                Ending::Committed => "written to Kafka",
-                _ => "acknowledged by Kafka",
+            // The span claims the place only when the record counts there: written into a
+            // transaction that did not commit, the place is only on the event.
+            if !matches!(ending, Ending::Failed(_)) {
+                attributes.extend(place.iter().cloned());
+            }
+            let name = match w.in_transaction {
+                true => "written to Kafka",
+                false => "acknowledged by Kafka",
             };
             events.push(Event::new(name, w.at, place, 0));
         }

@@ -104,7 +104,6 @@ pub struct About<'a> {
     pub event_id: &'a [u8],
     pub table: String,
     pub position: &'a str,
-    pub topic: &'a str,
 }
 
 /// A source's traces.
@@ -161,7 +160,6 @@ impl Traces {
         let attributes = vec![
             KeyValue::new("messaging.system", "kafka"),
             KeyValue::new("messaging.operation.type", "send"),
-            KeyValue::new("messaging.destination.name", about.topic.to_string()),
             KeyValue::new(
                 "messaging.message.id",
                 String::from_utf8_lossy(about.event_id).into_owned(),
@@ -177,6 +175,7 @@ impl Traces {
             committed: at_ms(commit_time_ms),
             read: SystemTime::now(),
             handed: None,
+            topic: None,
             written: None,
             attributes,
         }))
@@ -246,6 +245,41 @@ fn parse_traceparent(value: &[u8], state: TraceState) -> Option<SpanContext> {
     sc.is_valid().then_some(sc)
 }
 
+/// The trace a record's `traceparent` names, for a log line about one event: the
+/// router's span when the event was traced, else the application's (the trace id is the
+/// same either way). Log lines carry them as the fields `trace_id` and `span_id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogIds {
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+}
+
+impl LogIds {
+    /// The ids the `traceparent` among `headers` names, if one is there and well formed.
+    pub fn of(headers: &[(String, Vec<u8>)]) -> Option<Self> {
+        let (_, value) = headers.iter().find(|(k, _)| k == TRACEPARENT)?;
+        Self::parse(value)
+    }
+
+    /// The ids a `traceparent` value names.
+    pub fn parse(traceparent: &[u8]) -> Option<Self> {
+        parse_traceparent(traceparent, TraceState::default()).map(|sc| Self {
+            trace_id: sc.trace_id(),
+            span_id: sc.span_id(),
+        })
+    }
+}
+
+/// `ids`' trace id as a log field's value (the field is left out when `None`).
+pub fn trace_id_field(ids: Option<LogIds>) -> Option<tracing::field::DisplayValue<TraceId>> {
+    ids.map(|i| tracing::field::display(i.trace_id))
+}
+
+/// `ids`' span id as a log field's value (the field is left out when `None`).
+pub fn span_id_field(ids: Option<LogIds>) -> Option<tracing::field::DisplayValue<SpanId>> {
+    ids.map(|i| tracing::field::display(i.span_id))
+}
+
 /// The span id a record's headers name as its parent (the router's, when traced).
 pub fn span_of(headers: &rdkafka::message::BorrowedHeaders) -> Option<SpanId> {
     use rdkafka::message::Headers;
@@ -302,12 +336,14 @@ mod tests {
             committed: at_ms(1_000_000),
             read: at_ms(1_000_400),
             handed: None,
+            topic: None,
             written: None,
             attributes: Vec::new(),
         };
         let mut acked = plan();
         acked.handed();
-        acked.written(3, 42);
+        acked.answered_for("orders");
+        acked.written(3, 42, false);
         let span = acked.span(Ending::Acknowledged, &scope);
         assert_eq!(span.parent_span_id, app.span_id());
         assert_eq!(span.start_time, at_ms(1_000_000));
@@ -325,6 +361,27 @@ mod tests {
             .attributes
             .iter()
             .any(|kv| kv.key.as_str() == "messaging.kafka.offset" && kv.value == 42i64.into()));
+        assert!(span.attributes.iter().any(
+            |kv| kv.key.as_str() == "messaging.destination.name" && kv.value == "orders".into()
+        ));
+        // Written into a transaction that aborted: the write is an event, no claim.
+        let mut aborted = plan();
+        aborted.written(3, 43, true);
+        let aborted = aborted.span(Ending::Failed("transaction aborted".into()), &scope);
+        let names: Vec<&str> = aborted.events.iter().map(|e| e.name.as_ref()).collect();
+        assert_eq!(
+            names,
+            [
+                "binlog commit",
+                "read by the router",
+                "written to Kafka",
+                "not delivered"
+            ]
+        );
+        assert!(aborted
+            .attributes
+            .iter()
+            .all(|kv| kv.key.as_str() != "messaging.kafka.offset"));
         let failed = plan().span(Ending::Failed("transaction aborted".into()), &scope);
         assert!(matches!(
             failed.status,

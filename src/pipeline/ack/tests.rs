@@ -61,6 +61,7 @@ fn backlog_batch(offset: u64, records: usize, complete: bool) -> Batch {
                     position: format!("mysql-bin.000001:{offset}"),
                     id: EventId(format!("{offset}-{i}").into_bytes()),
                     aggregate_type: None,
+                    trace: None,
                 },
                 claim_check: false,
                 trace: None,

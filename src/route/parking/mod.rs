@@ -32,6 +32,7 @@ use std::sync::Arc;
 use tracing::warn;
 
 use super::{Batch, InvalidAt, Record, Router};
+use crate::monitor::traces::{span_id_field, trace_id_field, LogIds};
 use crate::outbox::{Aggregate, InvalidEvent, ParkingConfig};
 use crate::position::Position;
 use record::Labels;
@@ -367,8 +368,9 @@ impl Parking {
             aggregate_type: record.event.aggregate_type.clone(),
             id: record.key.clone(),
         };
+        let trace = LogIds::of(&record.headers);
         if let Some(at) = self.settled_before(&aggregate, end) {
-            warn!(event = %record.event.id, %aggregate, released_or_dropped_at = %at, "refused record read again from before its aggregate was released or dropped: that settled it, so it is sent, not parked");
+            warn!(event = %record.event.id, %aggregate, trace_id = trace_id_field(trace), span_id = span_id_field(trace), released_or_dropped_at = %at, "refused record read again from before its aggregate was released or dropped: that settled it, so it is sent, not parked");
             return Ok(record);
         }
         let at = || {
@@ -387,7 +389,7 @@ impl Parking {
             },
             at,
         )?;
-        warn!(event = %record.event.id, %aggregate, position = %record.event.position, %reason, topic = %self.topic, "aggregate parked: Kafka refused its record; this event and every later one of the aggregate go to the parking topic in order; every other aggregate goes on");
+        warn!(event = %record.event.id, %aggregate, position = %record.event.position, %reason, topic = %self.topic, trace_id = trace_id_field(trace), span_id = span_id_field(trace), "aggregate parked: Kafka refused its record; this event and every later one of the aggregate go to the parking topic in order; every other aggregate goes on");
         self.hold(record, reason)
     }
 

@@ -14,7 +14,7 @@ use rdkafka::producer::{DeliveryResult, ProducerContext};
 use rdkafka::ClientContext;
 use tokio::sync::oneshot;
 
-use crate::monitor::traces::{span_of, EventTrace, Traces};
+use crate::monitor::traces::{span_of, EventTrace, LogIds, Traces};
 use crate::monitor::{Metrics, Progress};
 
 /// What librdkafka reported for the first record of a batch that failed.
@@ -23,6 +23,8 @@ pub(super) struct Failure {
     pub(super) topic: String,
     /// The record's header values, one of which is its event id.
     pub(super) header_values: Vec<Vec<u8>>,
+    /// The trace its `traceparent` header names, for the log lines about it.
+    pub(super) trace: Option<LogIds>,
 }
 
 /// Why a record does not count as delivered.
@@ -157,10 +159,11 @@ impl AckContext {
         let Some(mut trace) = acks.trace_of(message) else {
             return;
         };
+        trace.answered_for(message.topic());
         match failure {
             Some(why) => traces.failed(trace, &why),
             None => {
-                trace.written(message.partition(), message.offset());
+                trace.written(message.partition(), message.offset(), self.exactly_once);
                 match self.exactly_once {
                     true => self
                         .awaiting_commit
@@ -269,18 +272,19 @@ impl ProducerContext for AckContext {
                 (FailureReason::Error(error.clone()), message)
             }
         };
-        let header_values = message
-            .headers()
-            .map(|h| {
-                h.iter()
-                    .filter_map(|h| h.value.map(<[u8]>::to_vec))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let (mut header_values, mut trace) = (Vec::new(), None);
+        for h in message.headers().into_iter().flat_map(|h| h.iter()) {
+            let Some(value) = h.value else { continue };
+            if h.key == "traceparent" {
+                trace = LogIds::parse(value);
+            }
+            header_values.push(value.to_vec());
+        }
         acks.finish(Err(Failure {
             reason,
             topic: message.topic().to_string(),
             header_values,
+            trace,
         }));
     }
 }

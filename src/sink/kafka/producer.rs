@@ -175,7 +175,8 @@ impl KafkaSink {
                         .iter()
                         .position(|e| !e.id.0.is_empty() && failed.header_values.contains(&e.id.0))
                         .unwrap_or(0);
-                    let event = Box::new(events.swap_remove(at));
+                    let mut event = Box::new(events.swap_remove(at));
+                    event.trace = failed.trace;
                     let topic = failed.topic;
                     Err(match failed.reason {
                         FailureReason::Error(error)
