@@ -61,15 +61,25 @@ impl Writer {
         Self::start_at(mariadb_port(), db)
     }
 
+    /// `start` with `per_tick` events every 50 ms rather than 300 (fewer events, when
+    /// each one is followed through something slower than Kafka).
+    pub(crate) fn start_sized(db: &str, per_tick: usize) -> Self {
+        Self::start_with(mariadb_port(), db, per_tick)
+    }
+
     /// `start` on the server at `port`.
     pub(crate) fn start_at(port: u16, db: &str) -> Self {
+        Self::start_with(port, db, 300)
+    }
+
+    fn start_with(port: u16, db: &str, per_tick: usize) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let (db, flag) = (db.to_string(), stop.clone());
         let task = tokio::spawn(async move {
             let mut written = 0;
             while !flag.load(Ordering::Relaxed) {
-                write_mixed_at(port, &db, written, written + 300, 40).await;
-                written += 300;
+                write_mixed_at(port, &db, written, written + per_tick, 40).await;
+                written += per_tick;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             written

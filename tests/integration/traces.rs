@@ -632,49 +632,29 @@ async fn a_refused_record_ends_its_span_with_an_error_and_the_log_names_its_trac
     drain_and_stop(&mut router, std::slice::from_ref(&parked), 1);
 }
 
-/// Writes `per_tick` single-row transactions every 50 ms until stopped; returns how many.
-struct SlowWriter {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    task: tokio::task::JoinHandle<usize>,
-}
-
-impl SlowWriter {
-    fn start(db: &str, per_tick: usize) -> Self {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let stop = std::sync::Arc::new(AtomicBool::new(false));
-        let (db, flag) = (db.to_string(), stop.clone());
-        let task = tokio::spawn(async move {
-            let mut written = 0;
-            while !flag.load(Ordering::Relaxed) {
-                crate::crash::write_mixed(&db, written, written + per_tick, 20).await;
-                written += per_tick;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            written
-        });
-        Self { stop, task }
-    }
-
-    async fn stop(self) -> usize {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.task.await.unwrap()
-    }
-}
-
-/// Every span service `service` exported since `since` (µs), from Jaeger's query API.
-async fn spans_of_service(service: &str, since_us: i64) -> Vec<Value> {
-    let url = format!("{QUERY}/api/traces?service={service}&start={since_us}&limit=100000");
-    let v: Value = reqwest::get(url).await.unwrap().json().await.unwrap();
+/// The `outbox event` spans service `service` exported (since `since_us` µs, if given),
+/// from the Jaeger whose query API is at `query`.
+async fn spans_of_service_at(query: &str, service: &str, since_us: Option<i64>) -> Vec<Value> {
+    let since = since_us
+        .map(|us| format!("&start={us}"))
+        .unwrap_or_default();
+    let url = format!("{query}/api/traces?service={service}{since}&limit=100000");
+    let Ok(answer) = reqwest::get(url).await else {
+        return Vec::new();
+    };
+    let v: Value = answer.json().await.unwrap_or_default();
     v["data"]
         .as_array()
-        .map(|traces| {
-            traces
-                .iter()
-                .flat_map(|t| t["spans"].as_array().cloned().unwrap_or_default())
-                .filter(|s| s["operationName"] == "outbox event")
-                .collect()
-        })
-        .unwrap_or_default()
+        .into_iter()
+        .flatten()
+        .flat_map(|t| t["spans"].as_array().cloned().unwrap_or_default())
+        .filter(|s| s["operationName"] == "outbox event")
+        .collect()
+}
+
+/// `spans_of_service_at` the suite's Jaeger.
+async fn spans_of_service(service: &str, since_us: i64) -> Vec<Value> {
+    spans_of_service_at(QUERY, service, Some(since_us)).await
 }
 
 fn now_us() -> i64 {
@@ -692,10 +672,23 @@ fn now_us() -> i64 {
 /// spans of what the old leader could not commit end with an error and claim nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_takeover_leaves_no_span_claiming_a_delivery_that_did_not_happen() {
+    takeover_spans("traces_takeover", false).await;
+}
+
+/// The same with the pair's other instance (`b`) started first and leading.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_takeover_leaves_no_span_claiming_a_delivery_that_did_not_happen_other_order() {
+    takeover_spans("traces_takeover_b", true).await;
+}
+
+async fn takeover_spans(name: &str, b_first: bool) {
     let _settings = SERVER_SETTINGS.read().await;
     services("up", "jaeger");
     let since = now_us();
-    let mut p = crate::standby::pair("traces_takeover").await;
+    let mut p = crate::standby::pair(name).await;
+    if b_first {
+        std::mem::swap(&mut p.a, &mut p.b);
+    }
     let service = format!("outbox-router-takeover-{}", p.a.server_id);
     for s in [&mut p.a, &mut p.b] {
         s.monitor_toml = format!(
@@ -706,7 +699,7 @@ async fn a_takeover_leaves_no_span_claiming_a_delivery_that_did_not_happen() {
     crate::standby::wait_streaming(p.a.monitor_port, Duration::from_secs(60), &a).await;
     let mut b = p.b.start_router();
     crate::standby::wait_standby_ready(p.b.monitor_port, &b).await;
-    let writer = SlowWriter::start(&p.a.db, 10);
+    let writer = crate::standby::Writer::start_sized(&p.a.db, 10);
     tokio::time::sleep(Duration::from_secs(3)).await;
     a.pause();
     crate::standby::wait_streaming(p.b.monitor_port, Duration::from_secs(90), &b).await;
@@ -784,7 +777,7 @@ async fn a_takeover_leaves_no_span_claiming_a_delivery_that_did_not_happen() {
     }
     assert_eq!(delivered.len(), total, "every event has a delivered span");
     println!(
-        "traces: takeover: {total} events, {claims} spans claim a commit (each found where it says), {failed} error spans of what was not committed"
+        "traces: takeover ({name}): {total} events, {claims} spans claim a commit (each found where it says), {failed} error spans of what was not committed"
     );
 }
 
@@ -820,20 +813,11 @@ impl PrivateJaeger {
 
     /// The event ids of the `outbox event` spans it holds for `service`.
     async fn event_ids(&self, service: &str) -> std::collections::HashSet<String> {
-        let url = format!(
-            "http://127.0.0.1:{}/api/traces?service={service}&limit=100000",
-            self.query
-        );
-        let Ok(answer) = reqwest::get(url).await else {
-            return Default::default();
-        };
-        let v: Value = answer.json().await.unwrap_or_default();
-        v["data"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|t| t["spans"].as_array().cloned().unwrap_or_default())
-            .filter_map(|s| tag(&s, "messaging.message.id"))
+        let query = format!("http://127.0.0.1:{}", self.query);
+        spans_of_service_at(&query, service, None)
+            .await
+            .iter()
+            .filter_map(|s| tag(s, "messaging.message.id"))
             .collect()
     }
 }
